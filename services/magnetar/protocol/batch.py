@@ -1,0 +1,85 @@
+"""The payload format a producer sends: a (possibly compressed) msgpack list of message records.
+
+The broker never decodes it (DESIGN.md §4): it stores ``[meta, payload]`` as one ledger entry and
+forwards both to consumers. Only producers encode and only consumers (and Spark readers) decode.
+
+A record is ``[payload: bin, properties: map, partition_key: str | nil, event_time: int,
+sequence_id: int]``. A message sent without batching is a one-record batch whose meta says
+``b: false``, so that its id carries batch index -1 as in Pulsar.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from magnetar.protocol.checksum import crc32c
+from magnetar.protocol.compression import CompressionType, compress, decompress
+from magnetar.protocol.errors import ChecksumError
+
+Record = list[Any]
+
+# Keys of the entry metadata map ("meta"), kept short because every entry carries them.
+META_PRODUCER = "pn"
+META_SEQUENCE = "seq"
+META_COUNT = "n"
+META_CRC = "crc"
+META_COMPRESSION = "comp"
+META_UNCOMPRESSED_SIZE = "usize"
+META_PUBLISH_TIME = "pt"
+META_BATCHED = "b"
+
+
+@dataclass(slots=True)
+class DecodedRecord:
+    payload: bytes
+    properties: dict[str, str]
+    partition_key: str | None
+    event_time: int
+    sequence_id: int
+
+
+def make_record(
+    payload: bytes,
+    properties: dict[str, str] | None,
+    partition_key: str | None,
+    event_time: int,
+    sequence_id: int,
+) -> Record:
+    return [payload, properties or {}, partition_key, event_time, sequence_id]
+
+
+def encode_batch(
+    records: list[Record],
+    *,
+    producer_name: str,
+    first_sequence_id: int,
+    compression: CompressionType | int = CompressionType.NONE,
+    batched: bool = True,
+) -> tuple[dict[str, Any], bytes]:
+    """Return (meta, payload) for a batch of records; the CRC covers the payload as sent."""
+    raw = msgpack.packb(records, use_bin_type=True)
+    payload = compress(compression, raw)
+    meta = {
+        META_PRODUCER: producer_name,
+        META_SEQUENCE: first_sequence_id,
+        META_COUNT: len(records),
+        META_CRC: crc32c(payload),
+        META_COMPRESSION: int(compression),
+        META_UNCOMPRESSED_SIZE: len(raw),
+        META_PUBLISH_TIME: int(time.time() * 1000),
+        META_BATCHED: batched,
+    }
+    return meta, payload
+
+
+def decode_batch(meta: dict[str, Any], payload: bytes, *, verify: bool = True) -> list[Record]:
+    """Check the CRC, decompress and decode a batch into its raw records."""
+    if verify and crc32c(payload) != meta[META_CRC]:
+        raise ChecksumError("entry payload checksum mismatch (corrupted in storage or transit)")
+    raw = decompress(meta.get(META_COMPRESSION, 0), payload, meta.get(META_UNCOMPRESSED_SIZE, len(payload)))
+    records: list[Record] = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    return records

@@ -1,0 +1,58 @@
+"""Message ids: ``ledger:entry:partition:batch``, ordered as positions in a topic's log.
+
+``batch`` is -1 for a message that was not sent in a batch, and ``partition`` is -1 for a topic
+that is not partitioned, as in Pulsar. Ids compare by (ledger, entry, batch) so that cumulative
+acknowledgement and "exactly once, in order" checks can use plain ordering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import total_ordering
+
+
+@total_ordering
+@dataclass(frozen=True, slots=True)
+class MessageId:
+    ledger_id: int
+    entry_id: int
+    partition: int = -1
+    batch_index: int = -1
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return (self.ledger_id, self.entry_id, self.batch_index) < (
+            other.ledger_id,
+            other.entry_id,
+            other.batch_index,
+        )
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}:{self.partition}:{self.batch_index}"
+
+    @classmethod
+    def parse(cls, text: str) -> MessageId:
+        parts = text.split(":")
+        if len(parts) != 4:
+            raise ValueError(f"message id {text!r} is not ledger:entry:partition:batch")
+        ledger, entry, partition, batch = (int(p) for p in parts)
+        return cls(ledger, entry, partition, batch)
+
+    def serialize(self) -> bytes:
+        """Bytes form, as Pulsar's ``MessageId.serialize``."""
+        return str(self).encode()
+
+    @classmethod
+    def deserialize(cls, data: bytes) -> MessageId:
+        return cls.parse(data.decode())
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """The (ledger, entry) position of the entry that holds this message."""
+        return (self.ledger_id, self.entry_id)
+
+
+# Pulsar's MessageId.earliest / latest sentinels.
+EARLIEST = MessageId(-1, -1, -1, -1)
+LATEST = MessageId(2**63 - 1, 2**63 - 1, -1, -1)
