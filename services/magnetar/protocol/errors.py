@@ -166,11 +166,33 @@ class Unsupported(MagnetarError):
 _BY_CODE: dict[str, type[MagnetarError]] = {
     cls.code.value: cls
     for cls in [
-        MalformedFrame, FrameTooLarge, UnknownCommand, InvalidCommand, MessageTooLarge, ChecksumError,
-        TopicNotFound, TenantNotFound, NamespaceNotFound, InvalidTopicName, ConsumerBusy, ProducerBusy,
-        ServiceNotReady, PersistenceError, Timeout, AlreadyClosed, NotConnected, NotEnoughBookies,
-        LedgerFenced, LedgerClosed, NoSuchEntry, NoSuchLedger, BookieReadOnly, BadVersion, NotFound,
-        AlreadyExists, Unsupported,
+        MalformedFrame,
+        FrameTooLarge,
+        UnknownCommand,
+        InvalidCommand,
+        MessageTooLarge,
+        ChecksumError,
+        TopicNotFound,
+        TenantNotFound,
+        NamespaceNotFound,
+        InvalidTopicName,
+        ConsumerBusy,
+        ProducerBusy,
+        ServiceNotReady,
+        PersistenceError,
+        Timeout,
+        AlreadyClosed,
+        NotConnected,
+        NotEnoughBookies,
+        LedgerFenced,
+        LedgerClosed,
+        NoSuchEntry,
+        NoSuchLedger,
+        BookieReadOnly,
+        BadVersion,
+        NotFound,
+        AlreadyExists,
+        Unsupported,
     ]
 }
 

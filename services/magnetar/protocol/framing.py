@@ -26,7 +26,7 @@ _LEN = struct.Struct(">I")
 
 def encode_frame(value: Any) -> bytes:
     """Encode one value as a frame (length prefix + msgpack body)."""
-    body = msgpack.packb(value, use_bin_type=True)
+    body: bytes = msgpack.packb(value, use_bin_type=True)
     return _LEN.pack(len(body)) + body
 
 

@@ -1,0 +1,1 @@
+"""The broker: sessions, topics, producers, subscriptions, admin REST and metrics."""

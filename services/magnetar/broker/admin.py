@@ -1,0 +1,348 @@
+"""The admin REST API (aiohttp), on Pulsar's ``/admin/v2/...`` paths, plus health and metrics.
+
+Errors follow Pulsar: a JSON body ``{"reason": "..."}`` with 400 for invalid input, 404 for a
+missing tenant/namespace/topic, 409 for "already exists" or "still in use", 412 for a
+precondition (partitions decreased, backlog quota above retention).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from magnetar.broker.policies import POLICY_ENDPOINTS, PolicyError, unenforced
+from magnetar.broker.resources import Conflict
+from magnetar.protocol.errors import (
+    AlreadyExists,
+    InvalidCommand,
+    InvalidTopicName,
+    MagnetarError,
+    NamespaceNotFound,
+    NotFound,
+    TenantNotFound,
+    TopicNotFound,
+)
+from magnetar.protocol.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _status_for(exc: MagnetarError) -> int:
+    if isinstance(exc, PolicyError):
+        return exc.status
+    if isinstance(exc, (TenantNotFound, NamespaceNotFound, TopicNotFound, NotFound)):
+        return 404
+    if isinstance(exc, (AlreadyExists, Conflict)):
+        return 409
+    if isinstance(exc, (InvalidCommand, InvalidTopicName)):
+        return 400
+    return 500
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except MagnetarError as exc:
+        return web.json_response({"reason": str(exc)}, status=_status_for(exc))
+    except json.JSONDecodeError as exc:
+        return web.json_response({"reason": f"invalid JSON body: {exc}"}, status=400)
+
+
+async def _body(request: web.Request) -> Any:
+    text = await request.text()
+    return json.loads(text) if text.strip() else None
+
+
+def _force(request: web.Request) -> bool:
+    return request.query.get("force", "false").lower() == "true"
+
+
+class AdminServer:
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self.app = web.Application(middlewares=[errors_middleware])
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self._routes()
+
+    async def start(self, host: str, port: int) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _routes(self) -> None:
+        r = self.app.router
+        r.add_get("/admin/v2/brokers/health", self.health)
+        r.add_get("/ready", self.ready)
+        r.add_get("/metrics", self.metrics)
+        r.add_get("/admin/v2/tenants", self.list_tenants)
+        r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
+        r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
+        r.add_post("/admin/v2/tenants/{tenant}", self.update_tenant)
+        r.add_delete("/admin/v2/tenants/{tenant}", self.delete_tenant)
+        r.add_get("/admin/v2/namespaces/{tenant}", self.list_namespaces)
+        r.add_get("/admin/v2/namespaces/{tenant}/{ns}", self.get_namespace)
+        r.add_put("/admin/v2/namespaces/{tenant}/{ns}", self.create_namespace)
+        r.add_delete("/admin/v2/namespaces/{tenant}/{ns}", self.delete_namespace)
+        r.add_get("/admin/v2/namespaces/{tenant}/{ns}/{policy}", self.get_ns_policy)
+        r.add_post("/admin/v2/namespaces/{tenant}/{ns}/{policy}", self.set_ns_policy)
+        r.add_delete("/admin/v2/namespaces/{tenant}/{ns}/{policy}", self.remove_ns_policy)
+        base = "/admin/v2/persistent/{tenant}/{ns}"
+        r.add_get(base, self.list_topics)
+        r.add_get(base + "/partitioned", self.list_partitioned)
+        r.add_put(base + "/{topic}", self.create_topic)
+        r.add_delete(base + "/{topic}", self.delete_topic)
+        r.add_get(base + "/{topic}/partitions", self.get_partitions)
+        r.add_put(base + "/{topic}/partitions", self.create_partitioned)
+        r.add_post(base + "/{topic}/partitions", self.update_partitions)
+        r.add_delete(base + "/{topic}/partitions", self.delete_partitioned)
+        r.add_get(base + "/{topic}/stats", self.topic_stats)
+        r.add_get(base + "/{topic}/partitioned-stats", self.partitioned_stats)
+        r.add_get(base + "/{topic}/{policy}", self.get_topic_policy)
+        r.add_post(base + "/{topic}/{policy}", self.set_topic_policy)
+        r.add_delete(base + "/{topic}/{policy}", self.remove_topic_policy)
+
+    # ------------------------------------------------------------------ health
+    async def health(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text="ok")
+
+    async def ready(self, request: web.Request) -> web.StreamResponse:
+        if not self.service.ready:
+            return web.Response(text="not ready", status=503)
+        return web.Response(text="ok")
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        body = generate_latest(self.service.metrics.registry)
+        extra = getattr(self.service, "extra_registries", [])
+        for reg in extra:
+            body += generate_latest(reg)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # ------------------------------------------------------------------ tenants
+    async def list_tenants(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(await self.service.resources.list_tenants())
+
+    async def get_tenant(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(await self.service.resources.get_tenant(request.match_info["tenant"]))
+
+    async def create_tenant(self, request: web.Request) -> web.StreamResponse:
+        await self.service.resources.create_tenant(request.match_info["tenant"], await _body(request) or {})
+        return web.Response(status=204)
+
+    async def update_tenant(self, request: web.Request) -> web.StreamResponse:
+        await self.service.resources.update_tenant(request.match_info["tenant"], await _body(request) or {})
+        return web.Response(status=204)
+
+    async def delete_tenant(self, request: web.Request) -> web.StreamResponse:
+        tenant = request.match_info["tenant"]
+        res = self.service.resources
+        for full in await res.delete_tenant(tenant, force=_force(request)):
+            await self._delete_namespace(tenant, full.split("/", 1)[1], force=True)
+        await res.remove_tenant_record(tenant)
+        return web.Response(status=204)
+
+    # ------------------------------------------------------------------ namespaces
+    async def list_namespaces(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(await self.service.resources.list_namespaces(request.match_info["tenant"]))
+
+    async def get_namespace(self, request: web.Request) -> web.StreamResponse:
+        doc, _ = await self.service.resources.get_namespace(
+            request.match_info["tenant"], request.match_info["ns"]
+        )
+        return web.json_response({**doc, "unenforced": unenforced(doc)})
+
+    async def create_namespace(self, request: web.Request) -> web.StreamResponse:
+        await self.service.resources.create_namespace(
+            request.match_info["tenant"], request.match_info["ns"], await _body(request)
+        )
+        return web.Response(status=204)
+
+    async def delete_namespace(self, request: web.Request) -> web.StreamResponse:
+        await self._delete_namespace(
+            request.match_info["tenant"], request.match_info["ns"], force=_force(request)
+        )
+        return web.Response(status=204)
+
+    async def _delete_namespace(self, tenant: str, ns: str, *, force: bool) -> None:
+        res = self.service.resources
+        await res.get_namespace(tenant, ns)
+        topics = await res.namespace_topics(tenant, ns)
+        if topics and not force:
+            raise Conflict(f"namespace {tenant}/{ns} still has topics: {', '.join(topics)}")
+        for local in topics:
+            await self._delete_any_topic(TopicName("persistent", tenant, ns, local), force=True)
+        await res.delete_namespace_record(tenant, ns)
+
+    def _policy_field(self, request: web.Request) -> str:
+        policy = request.match_info["policy"]
+        field = POLICY_ENDPOINTS.get(policy)
+        if field is None:
+            raise NotFound(f"unknown policy endpoint {policy!r}")
+        return field
+
+    async def get_ns_policy(self, request: web.Request) -> web.StreamResponse:
+        field = self._policy_field(request)
+        doc, _ = await self.service.resources.get_namespace(
+            request.match_info["tenant"], request.match_info["ns"]
+        )
+        return web.json_response(doc.get(field))
+
+    async def set_ns_policy(self, request: web.Request) -> web.StreamResponse:
+        field = self._policy_field(request)
+        await self.service.resources.set_namespace_policy(
+            request.match_info["tenant"], request.match_info["ns"], field, await _body(request)
+        )
+        return web.Response(status=204)
+
+    async def remove_ns_policy(self, request: web.Request) -> web.StreamResponse:
+        field = self._policy_field(request)
+        await self.service.resources.set_namespace_policy(
+            request.match_info["tenant"], request.match_info["ns"], field, None
+        )
+        return web.Response(status=204)
+
+    # ------------------------------------------------------------------ topics
+    def _topic(self, request: web.Request) -> TopicName:
+        m = request.match_info
+        return TopicName.parse(f"persistent://{m['tenant']}/{m['ns']}/{m['topic']}")
+
+    async def list_topics(self, request: web.Request) -> web.StreamResponse:
+        tenant, ns = request.match_info["tenant"], request.match_info["ns"]
+        res = self.service.resources
+        await res.get_namespace(tenant, ns)
+        out: list[str] = []
+        for local in await res.namespace_topics(tenant, ns):
+            name = TopicName("persistent", tenant, ns, local)
+            record = await res.get_topic(name)
+            n = int(record[0].get("partitions", 0)) if record else 0
+            out.extend(str(name.partition(i)) for i in range(n)) if n else out.append(str(name))
+        return web.json_response(sorted(out))
+
+    async def list_partitioned(self, request: web.Request) -> web.StreamResponse:
+        tenant, ns = request.match_info["tenant"], request.match_info["ns"]
+        res = self.service.resources
+        await res.get_namespace(tenant, ns)
+        out = []
+        for local in await res.namespace_topics(tenant, ns):
+            name = TopicName("persistent", tenant, ns, local)
+            record = await res.get_topic(name)
+            if record and int(record[0].get("partitions", 0)) > 0:
+                out.append(str(name))
+        return web.json_response(sorted(out))
+
+    async def create_topic(self, request: web.Request) -> web.StreamResponse:
+        await self.service.resources.create_topic(self._topic(request), 0)
+        return web.Response(status=204)
+
+    async def create_partitioned(self, request: web.Request) -> web.StreamResponse:
+        n = await _body(request)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise PolicyError(f"the number of partitions must be a positive integer, got {n!r}")
+        await self.service.resources.create_topic(self._topic(request), n)
+        return web.Response(status=204)
+
+    async def update_partitions(self, request: web.Request) -> web.StreamResponse:
+        n = await _body(request)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise PolicyError(f"the number of partitions must be a positive integer, got {n!r}")
+        await self.service.resources.update_partitions(self._topic(request), n)
+        return web.Response(status=204)
+
+    async def get_partitions(self, request: web.Request) -> web.StreamResponse:
+        record = await self.service.resources.get_topic(self._topic(request))
+        return web.json_response({"partitions": int(record[0].get("partitions", 0)) if record else 0})
+
+    async def delete_topic(self, request: web.Request) -> web.StreamResponse:
+        name = self._topic(request)
+        record = await self.service.resources.get_topic(name)
+        if record and int(record[0].get("partitions", 0)) > 0:
+            raise Conflict(f"{name} is a partitioned topic: delete it with DELETE .../partitions")
+        await self.service.delete_topic(name, force=_force(request))
+        return web.Response(status=204)
+
+    async def delete_partitioned(self, request: web.Request) -> web.StreamResponse:
+        name = self._topic(request)
+        record = await self.service.resources.get_topic(name)
+        if not record or int(record[0].get("partitions", 0)) == 0:
+            raise NotFound(f"partitioned topic {name} does not exist")
+        await self._delete_any_topic(name, force=_force(request))
+        return web.Response(status=204)
+
+    async def _delete_any_topic(self, name: TopicName, *, force: bool) -> None:
+        res = self.service.resources
+        record = await res.get_topic(name)
+        n = int(record[0].get("partitions", 0)) if record else 0
+        for i in range(n):
+            part = name.partition(i)
+            if str(part) in self.service.topics or await self.service.store.exists(
+                f"/managed-ledgers/{part.path}"
+            ):
+                await self.service.delete_topic(part, force=force)
+        if n:
+            await res.delete_topic_record(name)
+        else:
+            await self.service.delete_topic(name, force=force)
+
+    async def topic_stats(self, request: web.Request) -> web.StreamResponse:
+        name = self._topic(request)
+        if not await self.service.resources.topic_exists(name):
+            raise TopicNotFound(f"topic {name} does not exist")
+        topic = await self.service.get_topic(name, create=False)
+        return web.json_response(topic.stats())
+
+    async def partitioned_stats(self, request: web.Request) -> web.StreamResponse:
+        name = self._topic(request)
+        record = await self.service.resources.get_topic(name)
+        n = int(record[0].get("partitions", 0)) if record else 0
+        if n == 0:
+            raise NotFound(f"partitioned topic {name} does not exist")
+        parts = {}
+        totals = {
+            "msgRateIn": 0.0,
+            "msgRateOut": 0.0,
+            "msgThroughputIn": 0.0,
+            "msgThroughputOut": 0.0,
+            "msgInCounter": 0,
+            "storageSize": 0,
+        }
+        for i in range(n):
+            stats = (await self.service.get_topic(name.partition(i), create=False)).stats()
+            parts[str(name.partition(i))] = stats
+            for k in totals:
+                totals[k] += stats[k]
+        return web.json_response({**totals, "metadata": {"partitions": n}, "partitions": parts})
+
+    async def get_topic_policy(self, request: web.Request) -> web.StreamResponse:
+        field = self._policy_field(request)
+        record = await self.service.resources.get_topic(self._topic(request))
+        if record is None:
+            raise NotFound(f"topic {self._topic(request)} does not exist")
+        return web.json_response((record[0].get("policies") or {}).get(field))
+
+    async def set_topic_policy(self, request: web.Request) -> web.StreamResponse:
+        field = self._policy_field(request)
+        await self.service.resources.set_topic_policy(self._topic(request), field, await _body(request))
+        return web.Response(status=204)
+
+    async def remove_topic_policy(self, request: web.Request) -> web.StreamResponse:
+        field = self._policy_field(request)
+        await self.service.resources.set_topic_policy(self._topic(request), field, None)
+        return web.Response(status=204)

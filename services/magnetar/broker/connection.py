@@ -1,0 +1,409 @@
+"""One client connection: decode frames, run commands, write responses and pushed messages.
+
+It is an ``asyncio.Protocol`` rather than a stream reader loop because the publish path is hot:
+``data_received`` decodes every whole frame and hands sends straight to the topic without a task
+switch per frame. Outgoing frames are buffered and written once per event-loop iteration.
+
+Bad input never reaches storage: an undecodable or oversized frame, a value that is not a
+command, or an unknown command gets one error frame and closes this connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+import msgpack
+
+from magnetar import __version__
+from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.subscription import Subscription
+from magnetar.broker.topic import PersistentTopic, ServerProducer
+from magnetar.managed_ledger import Position
+from magnetar.protocol import commands as c
+from magnetar.protocol.checksum import crc32c
+from magnetar.protocol.errors import (
+    AlreadyClosed,
+    ChecksumError,
+    InvalidCommand,
+    MagnetarError,
+    MessageTooLarge,
+    ProducerBusy,
+    UnknownCommand,
+)
+from magnetar.protocol.framing import FrameDecoder
+from magnetar.protocol.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+_ids = itertools.count(1)
+_packer_opts = {"use_bin_type": True}
+
+
+class ServerConnection(asyncio.Protocol):
+    def __init__(self, service: Any) -> None:
+        from magnetar.broker.service import BrokerService
+
+        self.service: BrokerService = service
+        self.id = next(_ids)
+        self.transport: asyncio.Transport | None = None
+        # Header room on top of the largest payload, so an over-sized message is refused with
+        # MessageTooLarge (a clean per-message error) rather than by closing the connection.
+        self.decoder = FrameDecoder(service.config.max_message_size + 64 * 1024)
+        self.producers: dict[int, tuple[ServerProducer, PersistentTopic]] = {}
+        self.consumers: dict[int, tuple[ServerConsumer, Subscription, PersistentTopic]] = {}
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._closed = False
+        self._handlers = {
+            c.CONNECT: self._connect,
+            c.PING: self._ping,
+            c.PONG: self._noop,
+            c.LOOKUP: self._lookup,
+            c.PARTITIONED_METADATA: self._partitioned_metadata,
+            c.PRODUCER: self._producer,
+            c.SEND: self._send,
+            c.CLOSE_PRODUCER: self._close_producer,
+            c.SUBSCRIBE: self._subscribe,
+            c.FLOW: self._flow,
+            c.ACK: self._ack,
+            c.REDELIVER: self._redeliver,
+            c.CLOSE_CONSUMER: self._close_consumer,
+            c.UNSUBSCRIBE: self._unsubscribe,
+            c.SEEK: self._seek,
+        }
+
+    # ------------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.service.connections.add(self)
+        self.service.metrics.connections.inc()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.service.connections.discard(self)
+        self.service.metrics.connections.dec()
+        if self.decoder.buffered:
+            log.info("connection %s closed mid-frame (%d bytes discarded)", self.id, self.decoder.buffered)
+        for producer, topic in self.producers.values():
+            topic.remove_producer(producer)
+        for consumer, sub, _ in self.consumers.values():
+            sub.remove_consumer(consumer)
+        self.producers.clear()
+        self.consumers.clear()
+
+    @property
+    def is_open(self) -> bool:
+        return not self._closed
+
+    def close(self) -> None:
+        if self.transport is not None and not self._closed:
+            self._flush()
+            self.transport.close()
+
+    def write(self, frame: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        body = self._packer.pack(frame)
+        self._out.append(len(body).to_bytes(4, "big"))
+        self._out.append(body)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out and self.transport is not None and not self._closed:
+            self.transport.writelines(self._out)
+        self._out = []
+
+    def _fatal(self, code: str, message: str) -> None:
+        log.info("closing connection %s: %s: %s", self.id, code, message)
+        self.service.metrics.protocol_errors.inc()
+        self.write(c.error_frame(None, code, message))
+        self.close()
+        self._closed = True
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except MagnetarError as exc:
+            self._fatal(str(exc.code), str(exc))
+            return
+        for cmd in frames:
+            if self._closed:
+                return
+            problem = c.missing_fields(cmd)
+            if problem is not None:
+                self._fatal(InvalidCommand.code, problem)
+                return
+            handler = self._handlers.get(cmd["t"])
+            if handler is None:
+                self._fatal(UnknownCommand.code, f"unknown command {cmd['t']!r}")
+                return
+            try:
+                handler(cmd)
+            except MagnetarError as exc:
+                self.write(c.error_frame(cmd.get("rid"), str(exc.code), str(exc)))
+            except (TypeError, ValueError, KeyError) as exc:
+                self._fatal(InvalidCommand.code, f"bad field in {cmd['t']!r}: {exc}")
+                return
+
+    # ------------------------------------------------------------------ helpers
+    def _spawn(self, rid: int | None, coro: Any) -> None:
+        """Run an async command; its MagnetarError becomes an error frame for ``rid``."""
+
+        async def run() -> None:
+            try:
+                await coro
+            except MagnetarError as exc:
+                self.write(c.error_frame(rid, str(exc.code), str(exc)))
+            except Exception as exc:
+                log.exception("command failed on connection %s", self.id)
+                self.write(c.error_frame(rid, "UnknownError", repr(exc)))
+
+        asyncio.get_running_loop().create_task(run())
+
+    def topic_unloaded(self, key: str) -> None:
+        """The topic went away under our producers and consumers: close them (clients reconnect)."""
+        for pid, (_producer, topic) in list(self.producers.items()):
+            if topic.name == key:
+                del self.producers[pid]
+                self.write({"t": c.CLOSE_PRODUCER, "producer_id": pid})
+        for cid, (_consumer, _sub, topic) in list(self.consumers.items()):
+            if topic.name == key:
+                del self.consumers[cid]
+                self.write({"t": c.CLOSE_CONSUMER, "consumer_id": cid})
+
+    # ------------------------------------------------------------------ commands
+    def _noop(self, cmd: dict[str, Any]) -> None:
+        pass
+
+    def _ping(self, cmd: dict[str, Any]) -> None:
+        self.write({"t": c.PONG})
+
+    def _connect(self, cmd: dict[str, Any]) -> None:
+        self.write(
+            {
+                "t": c.CONNECTED,
+                "rid": cmd["rid"],
+                "server_version": __version__,
+                "protocol_version": c.PROTOCOL_VERSION,
+                "max_message_size": self.service.config.max_message_size,
+            }
+        )
+
+    def _lookup(self, cmd: dict[str, Any]) -> None:
+        TopicName.parse(cmd["topic"])
+        self.write(
+            {
+                "t": c.LOOKUP_RESPONSE,
+                "rid": cmd["rid"],
+                "broker_url": self.service.broker_url,
+                "redirect": False,
+            }
+        )
+
+    def _partitioned_metadata(self, cmd: dict[str, Any]) -> None:
+        name = TopicName.parse(cmd["topic"])
+
+        async def run() -> None:
+            await self.service.resources.get_namespace(name.tenant, name.namespace)
+            record = await self.service.resources.get_topic(name)
+            partitions = int(record[0].get("partitions", 0)) if record else 0
+            self.write({"t": c.PARTITIONED_METADATA_RESPONSE, "rid": cmd["rid"], "partitions": partitions})
+
+        self._spawn(cmd["rid"], run())
+
+    def _producer(self, cmd: dict[str, Any]) -> None:
+        name = TopicName.parse(cmd["topic"])
+        pid = int(cmd["producer_id"])
+
+        async def run() -> None:
+            if pid in self.producers:
+                raise ProducerBusy(f"producer id {pid} is already in use on this connection")
+            topic = await self.service.get_topic(name)
+            pname = cmd.get("producer_name") or f"standalone-{self.id}-{pid}"
+            producer = ServerProducer(pid, pname, self.id)
+            topic.add_producer(producer)
+            self.producers[pid] = (producer, topic)
+            self.write(
+                {"t": c.PRODUCER_SUCCESS, "rid": cmd["rid"], "producer_name": pname, "last_sequence_id": -1}
+            )
+
+        self._spawn(cmd["rid"], run())
+
+    def _send(self, cmd: dict[str, Any]) -> None:
+        pid = cmd["producer_id"]
+        seq = cmd["seq"]
+        entry = self.producers.get(pid)
+        payload = cmd["payload"]
+        meta = cmd["meta"]
+
+        def error(exc: MagnetarError) -> None:
+            self.write(
+                {
+                    "t": c.SEND_ERROR,
+                    "producer_id": pid,
+                    "seq": seq,
+                    "code": str(exc.code),
+                    "message": str(exc),
+                }
+            )
+
+        if entry is None:
+            error(AlreadyClosed(f"producer {pid} is not open on this connection"))
+            return
+        if not isinstance(payload, bytes) or not isinstance(meta, dict):
+            raise InvalidCommand("send needs a bin payload and a meta map")
+        limit = self.service.config.max_message_size
+        if len(payload) > limit:
+            error(MessageTooLarge(f"message of {len(payload)} bytes exceeds the maximum of {limit}"))
+            return
+        if crc32c(payload) != meta.get("crc"):
+            error(ChecksumError("payload checksum does not match meta.crc"))
+            return
+        producer, topic = entry
+        task = topic.publish(producer, meta, payload)
+        metrics = self.service.metrics
+
+        def done(t: asyncio.Task[Position]) -> None:
+            if t.cancelled():
+                error(AlreadyClosed("send cancelled: topic closed"))
+                return
+            exc = t.exception()
+            if exc is not None:
+                error(exc if isinstance(exc, MagnetarError) else MagnetarError(repr(exc)))
+                return
+            pos = t.result()
+            metrics.msgs_in.inc(int(meta.get("n", 1)))
+            metrics.bytes_in.inc(len(payload))
+            self.write(
+                {
+                    "t": c.SEND_RECEIPT,
+                    "producer_id": pid,
+                    "seq": seq,
+                    "ledger": pos.ledger_id,
+                    "entry": pos.entry_id,
+                }
+            )
+
+        task.add_done_callback(done)
+
+    def _close_producer(self, cmd: dict[str, Any]) -> None:
+        entry = self.producers.pop(int(cmd["producer_id"]), None)
+        if entry is not None:
+            entry[1].remove_producer(entry[0])
+        self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+
+    def _subscribe(self, cmd: dict[str, Any]) -> None:
+        name = TopicName.parse(cmd["topic"])
+        cid = int(cmd["consumer_id"])
+        sub_name = str(cmd["subscription"])
+        if not sub_name:
+            raise InvalidCommand("subscription name must not be empty")
+
+        async def run() -> None:
+            if cid in self.consumers:
+                raise InvalidCommand(f"consumer id {cid} is already in use on this connection")
+            topic = await self.service.get_topic(name)
+            consumer = ServerConsumer(cid, str(cmd.get("consumer_name") or f"consumer-{self.id}-{cid}"), self)
+            earliest = cmd.get("initial_position", "Latest") == "Earliest"
+            sub = await topic.subscribe(sub_name, str(cmd["sub_type"]), consumer, earliest=earliest)
+            self.consumers[cid] = (consumer, sub, topic)
+            self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+
+        self._spawn(cmd["rid"], run())
+
+    def send_message(
+        self, consumer_id: int, pos: Position, meta: dict[str, object], payload: bytes, redelivery_count: int
+    ) -> None:
+        self.service.metrics.msgs_out.inc(int(meta.get("n", 1)))  # type: ignore[call-overload]
+        self.write(
+            {
+                "t": c.MESSAGE,
+                "consumer_id": consumer_id,
+                "ledger": pos.ledger_id,
+                "entry": pos.entry_id,
+                "meta": meta,
+                "payload": payload,
+                "redelivery_count": redelivery_count,
+            }
+        )
+
+    def _consumer(self, cmd: dict[str, Any]) -> tuple[ServerConsumer, Subscription, PersistentTopic]:
+        entry = self.consumers.get(int(cmd["consumer_id"]))
+        if entry is None:
+            raise AlreadyClosed(f"consumer {cmd['consumer_id']} is not open on this connection")
+        return entry
+
+    def _flow(self, cmd: dict[str, Any]) -> None:
+        consumer, sub, _ = self._consumer(cmd)
+        sub.flow(consumer, int(cmd["permits"]))
+
+    def _ack(self, cmd: dict[str, Any]) -> None:
+        consumer, sub, _ = self._consumer(cmd)
+        positions = [Position(int(p[0]), int(p[1])) for p in cmd["positions"]]
+        fut = sub.ack(consumer, str(cmd["kind"]), positions)
+        rid = cmd.get("rid")
+        if rid is None:
+            return
+
+        def done(f: asyncio.Future[None]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                self.write(c.error_frame(rid, "PersistenceError", f"ack not persisted: {exc}"))
+            else:
+                self.write({"t": c.ACK_RESPONSE, "rid": rid})
+
+        fut.add_done_callback(done)
+
+    def _redeliver(self, cmd: dict[str, Any]) -> None:
+        consumer, sub, _ = self._consumer(cmd)
+        raw = cmd.get("positions")
+        positions = None if raw is None else [Position(int(p[0]), int(p[1])) for p in raw]
+        sub.negative_ack(consumer, positions)
+
+    def _close_consumer(self, cmd: dict[str, Any]) -> None:
+        entry = self.consumers.pop(int(cmd["consumer_id"]), None)
+        if entry is not None:
+            entry[1].remove_consumer(entry[0])
+        self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+
+    def _unsubscribe(self, cmd: dict[str, Any]) -> None:
+        consumer, sub, topic = self._consumer(cmd)
+
+        async def run() -> None:
+            others = [x for x in sub.dispatcher.consumers if x is not consumer]
+            if others:
+                raise InvalidCommand(f"subscription {sub.name} has other connected consumers")
+            self.consumers.pop(consumer.consumer_id, None)
+            sub.remove_consumer(consumer)
+            await topic.unsubscribe(sub.name)
+            self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+
+        self._spawn(cmd["rid"], run())
+
+    def _seek(self, cmd: dict[str, Any]) -> None:
+        consumer, sub, _ = self._consumer(cmd)
+        lid, eid = (int(x) for x in cmd["position"])
+
+        async def run() -> None:
+            for pos in list(consumer.unacked):
+                consumer.unacked.pop(pos, None)
+                sub.owner.pop(pos, None)
+            sub.redeliver.clear()
+            target = sub.ml.first_readable(Position(lid, eid))
+            before = (
+                Position(lid, eid - 1) if target is None else Position(target.ledger_id, target.entry_id - 1)
+            )
+            await sub.cursor.reset(before)
+            sub.schedule()
+            self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+
+        self._spawn(cmd["rid"], run())

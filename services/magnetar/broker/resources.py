@@ -1,0 +1,164 @@
+"""Tenants, namespaces and topics as records in the metadata store (DESIGN.md §5).
+
+``/tenants/{t}`` holds the tenant's admin roles and clusters, ``/namespaces/{t}/{ns}`` the
+namespace policies, ``/topics/{t}/{ns}/{name}`` the topic's partition count and topic-level
+policies. A partitioned topic is one record; its partitions ``name-partition-i`` exist through
+it. Every write is a compare-and-set so that two admin calls racing do not lose an update.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from magnetar.broker.policies import PolicyError, check_consistent, normalize, normalize_all
+from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
+from magnetar.protocol.errors import AlreadyExists, BadVersion, NamespaceNotFound, NotFound, TenantNotFound
+from magnetar.protocol.topic_name import TopicName
+
+
+def _load(raw: bytes) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(raw)
+    return doc
+
+
+class Conflict(AlreadyExists):
+    """A delete or change refused because something still depends on the target (HTTP 409)."""
+
+
+class Resources:
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    # ------------------------------------------------------------------ tenants
+    async def list_tenants(self) -> list[str]:
+        return await self.store.children("/tenants")
+
+    async def get_tenant(self, tenant: str) -> dict[str, Any]:
+        found = await self.store.get(f"/tenants/{tenant}")
+        if found is None:
+            raise TenantNotFound(f"tenant {tenant} does not exist")
+        return _load(found.value)
+
+    async def create_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        doc = {
+            "adminRoles": list(info.get("adminRoles") or []),
+            "allowedClusters": list(info.get("allowedClusters") or []),
+        }
+        try:
+            await self.store.put(f"/tenants/{tenant}", json.dumps(doc).encode(), MUST_NOT_EXIST)
+        except BadVersion as exc:
+            raise AlreadyExists(f"tenant {tenant} already exists") from exc
+
+    async def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        found = await self.store.get(f"/tenants/{tenant}")
+        if found is None:
+            raise TenantNotFound(f"tenant {tenant} does not exist")
+        doc = {
+            "adminRoles": list(info.get("adminRoles") or []),
+            "allowedClusters": list(info.get("allowedClusters") or []),
+        }
+        await self.store.put(f"/tenants/{tenant}", json.dumps(doc).encode(), found.version)
+
+    async def delete_tenant(self, tenant: str, *, force: bool = False) -> list[str]:
+        """Delete a tenant; returns namespaces that must be deleted first when ``force``."""
+        await self.get_tenant(tenant)
+        namespaces = await self.list_namespaces(tenant)
+        if namespaces and not force:
+            raise Conflict(f"tenant {tenant} still has namespaces: {', '.join(namespaces)}")
+        return namespaces
+
+    async def remove_tenant_record(self, tenant: str) -> None:
+        await self.store.delete(f"/tenants/{tenant}")
+
+    # ------------------------------------------------------------------ namespaces
+    async def list_namespaces(self, tenant: str) -> list[str]:
+        await self.get_tenant(tenant)
+        return [f"{tenant}/{ns}" for ns in await self.store.children(f"/namespaces/{tenant}")]
+
+    async def get_namespace(self, tenant: str, ns: str) -> tuple[dict[str, Any], int]:
+        found = await self.store.get(f"/namespaces/{tenant}/{ns}")
+        if found is None:
+            raise NamespaceNotFound(f"namespace {tenant}/{ns} does not exist")
+        return _load(found.value), found.version
+
+    async def create_namespace(self, tenant: str, ns: str, policies: dict[str, Any] | None) -> None:
+        await self.get_tenant(tenant)
+        doc = normalize_all(policies or {})
+        try:
+            await self.store.put(f"/namespaces/{tenant}/{ns}", json.dumps(doc).encode(), MUST_NOT_EXIST)
+        except BadVersion as exc:
+            raise AlreadyExists(f"namespace {tenant}/{ns} already exists") from exc
+
+    async def set_namespace_policy(self, tenant: str, ns: str, field: str, value: Any) -> None:
+        doc, version = await self.get_namespace(tenant, ns)
+        doc[field] = normalize(field, value)
+        check_consistent(doc)
+        await self.store.put(f"/namespaces/{tenant}/{ns}", json.dumps(doc).encode(), version)
+
+    async def namespace_topics(self, tenant: str, ns: str) -> list[str]:
+        return await self.store.children(f"/topics/{tenant}/{ns}")
+
+    async def delete_namespace_record(self, tenant: str, ns: str) -> None:
+        await self.store.delete(f"/namespaces/{tenant}/{ns}")
+
+    # ------------------------------------------------------------------ topics
+    def _topic_path(self, topic: TopicName) -> str:
+        return f"/topics/{topic.path}"
+
+    async def get_topic(self, topic: TopicName) -> tuple[dict[str, Any], int] | None:
+        found = await self.store.get(self._topic_path(topic))
+        if found is None:
+            return None
+        return _load(found.value), found.version
+
+    async def topic_exists(self, topic: TopicName) -> bool:
+        """A topic exists if it has a record, or is a partition of a partitioned topic."""
+        if await self.store.exists(self._topic_path(topic)):
+            return True
+        idx = topic.partition_index
+        if idx >= 0:
+            base = await self.get_topic(topic.partitioned_base)
+            return base is not None and idx < int(base[0].get("partitions", 0))
+        return False
+
+    async def create_topic(self, topic: TopicName, partitions: int) -> None:
+        await self.get_namespace(topic.tenant, topic.namespace)
+        if partitions < 0:
+            raise PolicyError("partitions must be >= 0")
+        doc = {"partitions": partitions, "policies": {}}
+        try:
+            await self.store.put(self._topic_path(topic), json.dumps(doc).encode(), MUST_NOT_EXIST)
+        except BadVersion as exc:
+            raise AlreadyExists(f"topic {topic} already exists") from exc
+
+    async def update_partitions(self, topic: TopicName, partitions: int) -> None:
+        found = await self.get_topic(topic)
+        if found is None or int(found[0].get("partitions", 0)) == 0:
+            raise NotFound(f"partitioned topic {topic} does not exist")
+        doc, version = found
+        current = int(doc.get("partitions", 0))
+        if partitions < current:
+            raise PolicyError(
+                f"the number of partitions can only be increased (from {current} to {partitions} requested)",
+                status=412,
+            )
+        doc["partitions"] = partitions
+        await self.store.put(self._topic_path(topic), json.dumps(doc).encode(), version)
+
+    async def set_topic_policy(self, topic: TopicName, field: str, value: Any) -> None:
+        found = await self.get_topic(topic)
+        if found is None:
+            raise NotFound(f"topic {topic} does not exist")
+        doc, version = found
+        policies = dict(doc.get("policies") or {})
+        policies[field] = normalize(field, value)
+        check_consistent(policies)
+        doc["policies"] = policies
+        await self.store.put(self._topic_path(topic), json.dumps(doc).encode(), version)
+
+    async def delete_topic_record(self, topic: TopicName) -> None:
+        try:
+            await self.store.delete(self._topic_path(topic))
+        except NotFound:
+            pass

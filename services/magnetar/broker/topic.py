@@ -1,0 +1,149 @@
+"""A persistent topic served by this broker: its managed ledger, producers and subscriptions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.subscription import Subscription
+from magnetar.managed_ledger import ManagedLedger, Position
+from magnetar.protocol import commands as c
+from magnetar.protocol.errors import ProducerBusy
+
+
+@dataclass(eq=False, slots=True)
+class ServerProducer:
+    producer_id: int
+    name: str
+    connection_id: int
+    msg_in: int = 0
+    bytes_in: int = 0
+    created: float = field(default_factory=time.time)
+
+
+class Rate:
+    """Messages and bytes per second over the last sampling interval (Pulsar's msgRateIn & co)."""
+
+    __slots__ = ("_last_bytes", "_last_msgs", "_last_t", "bytes_rate", "msg_rate")
+
+    def __init__(self) -> None:
+        self._last_t = time.monotonic()
+        self._last_msgs = 0
+        self._last_bytes = 0
+        self.msg_rate = 0.0
+        self.bytes_rate = 0.0
+
+    def sample(self, msgs: int, nbytes: int) -> None:
+        now = time.monotonic()
+        dt = now - self._last_t
+        if dt <= 0:
+            return
+        self.msg_rate = (msgs - self._last_msgs) / dt
+        self.bytes_rate = (nbytes - self._last_bytes) / dt
+        self._last_t, self._last_msgs, self._last_bytes = now, msgs, nbytes
+
+
+class PersistentTopic:
+    def __init__(
+        self,
+        name: str,
+        ml: ManagedLedger,
+        *,
+        max_producers: int | None = None,
+        max_consumers: int | None = None,
+    ) -> None:
+        self.name = name
+        self.ml = ml
+        self.producers: dict[tuple[int, int], ServerProducer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.max_producers = max_producers
+        self.max_consumers = max_consumers
+        self.msg_in = 0
+        self.bytes_in = 0
+        self.rate_in = Rate()
+        self.rate_out = Rate()
+        for cursor in ml.cursors.values():
+            # Durable subscriptions come back with their cursor; their type is set by the first
+            # consumer that joins (Exclusive until then, as in Pulsar).
+            self.subscriptions[cursor.name] = Subscription(name, ml, cursor, c.SUB_EXCLUSIVE)
+
+    # ------------------------------------------------------------------ producers
+    def add_producer(self, producer: ServerProducer) -> None:
+        if self.max_producers is not None and len(self.producers) >= self.max_producers:
+            raise ProducerBusy(f"topic {self.name} already has the maximum of {self.max_producers} producers")
+        self.producers[(producer.connection_id, producer.producer_id)] = producer
+
+    def remove_producer(self, producer: ServerProducer) -> None:
+        self.producers.pop((producer.connection_id, producer.producer_id), None)
+
+    def publish(
+        self, producer: ServerProducer, meta: dict[str, Any], payload: bytes
+    ) -> asyncio.Task[Position]:
+        """Store ``[meta, payload]`` as one entry; the task resolves once it is durable."""
+        count = int(meta.get("n", 1))
+        producer.msg_in += count
+        producer.bytes_in += len(payload)
+        self.msg_in += count
+        self.bytes_in += len(payload)
+        entry = msgpack.packb([meta, payload], use_bin_type=True)
+        return asyncio.get_running_loop().create_task(self.ml.add_entry(entry))
+
+    # ------------------------------------------------------------------ subscriptions
+    async def subscribe(
+        self, sub_name: str, sub_type: str, consumer: ServerConsumer, *, earliest: bool
+    ) -> Subscription:
+        if self.max_consumers is not None:
+            total = sum(len(s.dispatcher.consumers) for s in self.subscriptions.values())
+            if total >= self.max_consumers:
+                raise ProducerBusy(
+                    f"topic {self.name} already has the maximum of {self.max_consumers} consumers"
+                )
+        sub = self.subscriptions.get(sub_name)
+        if sub is None:
+            cursor = await self.ml.open_cursor(sub_name, start_at_earliest=earliest)
+            sub = self.subscriptions.get(sub_name) or Subscription(self.name, self.ml, cursor, sub_type)
+            self.subscriptions[sub_name] = sub
+        sub.add_consumer(consumer, sub_type)
+        return sub
+
+    async def unsubscribe(self, sub_name: str) -> None:
+        sub = self.subscriptions.pop(sub_name, None)
+        if sub is not None:
+            sub.close()
+        await self.ml.delete_cursor(sub_name)
+
+    # ------------------------------------------------------------------ stats
+    def sample_rates(self) -> None:
+        self.rate_in.sample(self.msg_in, self.bytes_in)
+        out_msgs = sum(s.msg_out for s in self.subscriptions.values())
+        out_bytes = sum(s.bytes_out for s in self.subscriptions.values())
+        self.rate_out.sample(out_msgs, out_bytes)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "msgRateIn": self.rate_in.msg_rate,
+            "msgThroughputIn": self.rate_in.bytes_rate,
+            "msgRateOut": self.rate_out.msg_rate,
+            "msgThroughputOut": self.rate_out.bytes_rate,
+            "msgInCounter": self.msg_in,
+            "bytesInCounter": self.bytes_in,
+            "msgOutCounter": sum(s.msg_out for s in self.subscriptions.values()),
+            "storageSize": self.ml.total_size,
+            "entries": self.ml.total_entries,
+            "ledgers": [{"ledgerId": lid, "entries": self.ml.entries_in(lid)} for lid in self.ml.ledger_ids],
+            "publishers": [
+                {"producerName": p.name, "producerId": p.producer_id, "msgInCounter": p.msg_in}
+                for p in self.producers.values()
+            ],
+            "subscriptions": {name: sub.stats() for name, sub in self.subscriptions.items()},
+        }
+
+    async def close(self) -> None:
+        for sub in self.subscriptions.values():
+            sub.close()
+        await self.ml.close()

@@ -1,0 +1,22 @@
+"""Tunables of a managed ledger, named after Pulsar's broker.conf settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedLedgerConfig:
+    ensemble_size: int = 1
+    write_quorum: int = 1
+    ack_quorum: int = 1
+    # Roll over to a new ledger after this many entries, bytes or seconds (managedLedgerMaxEntriesPerLedger,
+    # managedLedgerMaxSizePerLedgerMbytes, managedLedgerMaxLedgerRolloverTimeMinutes).
+    max_entries_per_ledger: int = 50_000
+    max_bytes_per_ledger: int = 2 * 1024 * 1024 * 1024
+    max_ledger_seconds: float = 4 * 3600.0
+    # Recently written entries kept in memory so tailing consumers never hit the bookies
+    # (managedLedgerCacheSizeMB). Bounded so that a large backlog costs disk, not memory.
+    cache_bytes: int = 64 * 1024 * 1024
+    # How long cursor acknowledgements may be held before they are written (coalescing).
+    cursor_flush_delay: float = 0.005

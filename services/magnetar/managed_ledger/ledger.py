@@ -1,0 +1,360 @@
+"""ManagedLedger: one topic's log as a sequence of ledgers, with roll-over and a tail cache.
+
+Only the last ledger is ever written. Its entry count is known only to the writer, so after a
+crash ``open`` recovers it (fence, read forward, close — ledger/PROTOCOL.md) before anything is
+read or written; every earlier ledger was closed at roll-over and its entry count recorded in the
+managed ledger's metadata in the same compare-and-set that added its successor.
+
+Appends are pipelined: the broker calls ``add_entry`` for each entry without waiting for the
+previous one, and the ledger handle acknowledges them in entry order. Roll-over stops new appends,
+waits for the in-flight ones to drain, closes the old ledger and opens the next, so that
+acknowledgements stay in order across ledgers too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from magnetar.ledger.manager import LedgerManager
+from magnetar.ledger.read_handle import ReadHandle
+from magnetar.ledger.write_handle import WriteHandle
+from magnetar.managed_ledger.config import ManagedLedgerConfig
+from magnetar.managed_ledger.cursor import ManagedCursor
+from magnetar.managed_ledger.position import EARLIEST, Position
+from magnetar.metadata.store import ANY_VERSION, MUST_NOT_EXIST, MetadataStore
+from magnetar.protocol.errors import AlreadyClosed, BadVersion, PersistenceError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LedgerInfo:
+    ledger_id: int
+    entries: int
+    size: int
+
+
+class ManagedLedger:
+    """The log of one topic. Create with ``await ManagedLedger.open(...)``."""
+
+    def __init__(
+        self, name: str, store: MetadataStore, ledgers: LedgerManager, config: ManagedLedgerConfig
+    ) -> None:
+        self.name = name
+        self._store = store
+        self._ledgers = ledgers
+        self.config = config
+        self._infos: dict[int, LedgerInfo] = {}
+        self._ids: list[int] = []
+        self._meta_version = MUST_NOT_EXIST
+        self._current: WriteHandle | None = None
+        self._current_created = 0.0
+        self._inflight = 0
+        self._drained: asyncio.Event = asyncio.Event()
+        self._drained.set()
+        self._rolling: asyncio.Future[None] | None = None
+        self._read_handles: dict[int, ReadHandle] = {}
+        self._cache: OrderedDict[Position, bytes] = OrderedDict()
+        self._cache_bytes = 0
+        self._closed = False
+        self.cursors: dict[str, ManagedCursor] = {}
+        self._listeners: list[Callable[[], None]] = []
+        self.entries_added = 0
+        self.bytes_added = 0
+
+    # ------------------------------------------------------------------ paths and metadata
+    @property
+    def meta_path(self) -> str:
+        return f"/managed-ledgers/{self.name}"
+
+    def cursor_path(self, cursor: str) -> str:
+        return f"/managed-ledgers/{self.name}/cursors/{cursor}"
+
+    def _meta_doc(self) -> bytes:
+        return json.dumps(
+            {
+                "ledgers": [
+                    {"id": i.ledger_id, "entries": i.entries, "size": i.size} for i in self._infos.values()
+                ]
+            }
+        ).encode()
+
+    async def _write_meta(self) -> None:
+        try:
+            stat = await self._store.put(self.meta_path, self._meta_doc(), self._meta_version)
+        except BadVersion as exc:
+            raise PersistenceError(
+                f"managed ledger {self.name} metadata changed under us (another owner?): {exc}"
+            ) from exc
+        self._meta_version = stat.version
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    async def open(
+        cls, name: str, store: MetadataStore, ledgers: LedgerManager, config: ManagedLedgerConfig
+    ) -> ManagedLedger:
+        ml = cls(name, store, ledgers, config)
+        await ml._initialize()
+        return ml
+
+    async def _initialize(self) -> None:
+        found = await self._store.get(self.meta_path)
+        recorded: list[dict[str, Any]] = []
+        if found is not None:
+            recorded = json.loads(found.value)["ledgers"]
+            self._meta_version = found.version
+        for i, rec in enumerate(recorded):
+            info = LedgerInfo(int(rec["id"]), int(rec.get("entries") or 0), int(rec.get("size") or 0))
+            if i == len(recorded) - 1:
+                # The last ledger may have been open when its writer died: recover and close it.
+                handle = await self._ledgers.open(info.ledger_id, recovery=True)
+                info.entries = handle.last_entry_id + 1
+                meta = await self._ledgers.get_metadata(info.ledger_id)
+                info.size = int(getattr(meta, "length", info.size))
+                self._read_handles[info.ledger_id] = handle
+                if info.entries == 0:
+                    await self._ledgers.delete(info.ledger_id)
+                    self._read_handles.pop(info.ledger_id, None)
+                    continue
+            self._infos[info.ledger_id] = info
+            self._ids.append(info.ledger_id)
+        await self._create_ledger()
+        for cursor_name in await self._store.children(f"/managed-ledgers/{self.name}/cursors"):
+            cursor = await ManagedCursor.load(self, cursor_name)
+            self.cursors[cursor_name] = cursor
+
+    async def _create_ledger(self) -> None:
+        c = self.config
+        handle = await self._ledgers.create(
+            c.ensemble_size, c.write_quorum, c.ack_quorum, custom={"managed-ledger": self.name}
+        )
+        self._current = handle
+        self._current_created = time.monotonic()
+        info = LedgerInfo(handle.ledger_id, 0, 0)
+        self._infos[handle.ledger_id] = info
+        self._ids.append(handle.ledger_id)
+        await self._write_meta()
+
+    # ------------------------------------------------------------------ writing
+    def add_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after every confirmed add (dispatchers wake up on it)."""
+        self._listeners.append(callback)
+        return lambda: self._listeners.remove(callback)
+
+    async def add_entry(self, data: bytes) -> Position:
+        """Append one entry; returns its position once it is durable on Qa bookies."""
+        while self._rolling is not None:
+            await asyncio.shield(self._rolling)
+        if self._closed or self._current is None:
+            raise AlreadyClosed(f"managed ledger {self.name} is closed")
+        handle = self._current
+        info = self._infos[handle.ledger_id]
+        self._inflight += 1
+        self._drained.clear()
+        try:
+            entry_id = await handle.append(data)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._drained.set()
+        pos = Position(handle.ledger_id, entry_id)
+        if entry_id + 1 > info.entries:
+            info.entries = entry_id + 1
+        info.size += len(data)
+        self.entries_added += 1
+        self.bytes_added += len(data)
+        self._cache_put(pos, data)
+        for listener in list(self._listeners):
+            listener()
+        if self._rolling is None and self._should_roll(info):
+            self._rolling = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().create_task(self._rollover())
+        return pos
+
+    def _should_roll(self, info: LedgerInfo) -> bool:
+        c = self.config
+        return (
+            info.entries >= c.max_entries_per_ledger
+            or info.size >= c.max_bytes_per_ledger
+            or (info.entries > 0 and time.monotonic() - self._current_created >= c.max_ledger_seconds)
+        )
+
+    async def _rollover(self) -> None:
+        rolling = self._rolling
+        assert rolling is not None
+        try:
+            await self._drained.wait()
+            old = self._current
+            if old is not None:
+                await old.close()
+                self._infos[old.ledger_id].entries = old.last_add_confirmed + 1
+            await self._create_ledger()
+            log.info("managed ledger %s rolled over to ledger %s", self.name, self._ids[-1])
+        except Exception:
+            log.exception("roll-over of %s failed", self.name)
+        finally:
+            self._rolling = None
+            if not rolling.done():
+                rolling.set_result(None)
+
+    def _cache_put(self, pos: Position, data: bytes) -> None:
+        self._cache[pos] = data
+        self._cache_bytes += len(data)
+        while self._cache_bytes > self.config.cache_bytes and self._cache:
+            _, old = self._cache.popitem(last=False)
+            self._cache_bytes -= len(old)
+
+    # ------------------------------------------------------------------ positions
+    @property
+    def ledger_ids(self) -> list[int]:
+        return list(self._ids)
+
+    def entries_in(self, ledger_id: int) -> int:
+        info = self._infos.get(ledger_id)
+        return info.entries if info else 0
+
+    @property
+    def first_position(self) -> Position:
+        """The position just before the oldest stored entry."""
+        return Position(self._ids[0], -1) if self._ids else EARLIEST
+
+    @property
+    def last_confirmed(self) -> Position:
+        """The newest durable entry, or the position just before the first one."""
+        for lid in reversed(self._ids):
+            n = self._infos[lid].entries
+            if n > 0:
+                return Position(lid, n - 1)
+        return self.first_position
+
+    def next_position(self, pos: Position) -> Position:
+        """The position after ``pos``; past the newest entry it is the next one to be written."""
+        lid, eid = pos
+        if lid in self._infos:
+            if eid + 1 < self._infos[lid].entries:
+                return Position(lid, eid + 1)
+            for later in self._ids:
+                if later > lid:
+                    if self._infos[later].entries > 0:
+                        return Position(later, 0)
+            if lid == self._ids[-1]:
+                return Position(lid, eid + 1)
+            return Position(self._ids[-1], 0)
+        for later in self._ids:
+            if later > lid:
+                return Position(later, 0)
+        return Position(self._ids[-1], self._infos[self._ids[-1]].entries) if self._ids else pos
+
+    def is_readable(self, pos: Position) -> bool:
+        info = self._infos.get(pos.ledger_id)
+        return info is not None and 0 <= pos.entry_id < info.entries
+
+    def entries_after(self, pos: Position) -> int:
+        """Number of stored entries strictly after ``pos`` (backlog arithmetic)."""
+        total = 0
+        for lid in self._ids:
+            n = self._infos[lid].entries
+            if lid > pos.ledger_id:
+                total += n
+            elif lid == pos.ledger_id:
+                total += max(0, n - (pos.entry_id + 1))
+        return total
+
+    @property
+    def total_entries(self) -> int:
+        return sum(i.entries for i in self._infos.values())
+
+    @property
+    def total_size(self) -> int:
+        return sum(i.size for i in self._infos.values())
+
+    # ------------------------------------------------------------------ reading
+    async def read_entries(self, start: Position, max_entries: int) -> list[tuple[Position, bytes]]:
+        """Up to ``max_entries`` durable entries from ``start`` on, within one ledger."""
+        pos = self.first_readable(start)
+        if pos is None:
+            return []
+        lid, first = pos
+        last = min(self._infos[lid].entries - 1, first + max_entries - 1)
+        out: list[tuple[Position, bytes]] = []
+        eid = first
+        # Serve the cached prefix first; fall back to the bookies for the rest.
+        while eid <= last:
+            data = self._cache.get(Position(lid, eid))
+            if data is None:
+                break
+            out.append((Position(lid, eid), data))
+            eid += 1
+        if eid <= last:
+            datas = await self._read_from_bookies(lid, eid, last)
+            out.extend((Position(lid, eid + i), d) for i, d in enumerate(datas))
+        return out
+
+    def first_readable(self, pos: Position) -> Position | None:
+        """``pos`` if an entry is stored there, else the next stored entry after it, else None."""
+        if self.is_readable(pos):
+            return pos
+        nxt = self.next_position(Position(pos.ledger_id, pos.entry_id - 1))
+        return nxt if self.is_readable(nxt) else None
+
+    async def _read_from_bookies(self, lid: int, first: int, last: int) -> list[bytes]:
+        if self._current is not None and lid == self._current.ledger_id:
+            return await self._current.read(first, last)
+        handle = self._read_handles.get(lid)
+        if handle is None:
+            handle = await self._ledgers.open(lid, recovery=False)
+            self._read_handles[lid] = handle
+        return await handle.read(first, last)
+
+    # ------------------------------------------------------------------ cursors
+    async def open_cursor(self, name: str, *, start_at_earliest: bool = False) -> ManagedCursor:
+        cursor = self.cursors.get(name)
+        if cursor is None:
+            start = self.first_position if start_at_earliest else self.last_confirmed
+            cursor = ManagedCursor(self, name, start)
+            await cursor.flush_now()
+            self.cursors[name] = cursor
+        return cursor
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        if cursor is not None:
+            await cursor.close()
+        if await self._store.exists(self.cursor_path(name)):
+            await self._store.delete(self.cursor_path(name))
+
+    # ------------------------------------------------------------------ lifecycle
+    async def close(self) -> None:
+        """Flush cursors and close the current ledger, so the next owner need not recover it."""
+        if self._closed:
+            return
+        self._closed = True
+        for cursor in self.cursors.values():
+            await cursor.close()
+        if self._rolling is not None:
+            await asyncio.shield(self._rolling)
+        await self._drained.wait()
+        if self._current is not None:
+            await self._current.close()
+            self._infos[self._current.ledger_id].entries = self._current.last_add_confirmed + 1
+            self._current = None
+            try:
+                await self._write_meta()
+            except PersistenceError:
+                log.warning("could not record the final state of %s", self.name)
+
+    async def delete(self) -> None:
+        """Close, then delete every ledger, every cursor and the metadata."""
+        await self.close()
+        for name in list(self.cursors):
+            await self.delete_cursor(name)
+        for lid in self._ids:
+            await self._ledgers.delete(lid)
+        await self._store.delete(self.meta_path, ANY_VERSION)
