@@ -8,30 +8,21 @@ The client is imported lazily so that server processes do not pay for it and so 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
 
-_CLIENT_NAMES = {
-    "Client",
-    "Producer",
-    "Consumer",
-    "Message",
-    "MessageId",
-    "ConsumerType",
-    "InitialPosition",
-    "CompressionType",
-    "MagnetarError",
-}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _CLIENT_NAMES:
-        from magnetar import client
-
-        return getattr(client, name)
+    """Forward the client's public names (``magnetar.Client``, ``magnetar.Result``...)."""
     if name == "asyncio":
-        import importlib
-
         return importlib.import_module("magnetar.client.aio")
-    raise AttributeError(name)
+    if name.startswith("_") or name == "client":
+        raise AttributeError(name)
+    client = importlib.import_module("magnetar.client")
+
+    if name in client.__all__:
+        return getattr(client, name)
+    raise AttributeError(f"module 'magnetar' has no attribute {name!r}")

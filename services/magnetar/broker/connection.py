@@ -133,8 +133,12 @@ class ServerConnection(asyncio.Protocol):
         try:
             frames = self.decoder.feed(data)
         except MagnetarError as exc:
+            self._run(getattr(exc, "frames", []))
             self._fatal(str(exc.code), str(exc))
             return
+        self._run(frames)
+
+    def _run(self, frames: list[Any]) -> None:
         for cmd in frames:
             if self._closed:
                 return

@@ -56,10 +56,23 @@ class FrameDecoder:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[Any]:
-        """Add bytes; return every frame now complete. Raises on a malformed or oversized frame."""
+        """Add bytes; return every frame now complete.
+
+        Raises ``FrameTooLarge`` / ``MalformedFrame`` on a bad frame; the whole frames decoded
+        before it in the same chunk ride on the exception as ``frames`` so the caller can still
+        answer them before it closes the connection.
+        """
+        frames: list[Any] = []
+        try:
+            self._decode_into(data, frames)
+        except (FrameTooLarge, MalformedFrame) as exc:
+            exc.frames = frames  # type: ignore[attr-defined]
+            raise
+        return frames
+
+    def _decode_into(self, data: bytes, frames: list[Any]) -> None:
         buf = self._buf
         buf += data
-        frames: list[Any] = []
         pos = 0
         end = len(buf)
         while end - pos >= 4:
@@ -78,4 +91,3 @@ class FrameDecoder:
                 raise MalformedFrame(f"undecodable frame body: {exc}") from exc
         if pos:
             del buf[:pos]
-        return frames

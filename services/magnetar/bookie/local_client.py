@@ -1,0 +1,39 @@
+"""``BookieClient`` for a bookie in the same process: standalone mode skips the TCP hop.
+
+It goes through the same storage calls as the server, so fencing, CRC checks and read-only mode
+behave exactly as over the wire; only serialization and the socket are skipped.
+"""
+
+from __future__ import annotations
+
+from magnetar.bookie.storage import BookieStorage
+from magnetar.ledger.bookie_api import ReadResult
+
+
+class LocalBookieClient:
+    def __init__(self, storage: BookieStorage, bookie_id: str) -> None:
+        self._storage = storage
+        self._bookie_id = bookie_id
+
+    @property
+    def bookie_id(self) -> str:
+        return self._bookie_id
+
+    async def add_entry(
+        self, ledger_id: int, entry_id: int, data: bytes, crc: int, lac: int, *, recovery: bool = False
+    ) -> None:
+        await self._storage.add_nowait(ledger_id, entry_id, data, crc, lac, recovery=recovery)
+
+    async def read_entry(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> ReadResult:
+        if fence:
+            await self._storage.fence(ledger_id)
+        return self._storage.read_sync(ledger_id, entry_id)
+
+    async def read_lac(self, ledger_id: int) -> int:
+        return self._storage.read_lac_sync(ledger_id)
+
+    async def fence(self, ledger_id: int) -> int:
+        return await self._storage.fence(ledger_id)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await self._storage.delete_ledger(ledger_id)

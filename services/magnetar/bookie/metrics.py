@@ -1,0 +1,117 @@
+"""Prometheus metrics of a bookie.
+
+The metric families are registered once per ``CollectorRegistry`` (registering a name twice is
+an error in prometheus-client, and tests or a standalone process may run several bookies in one
+interpreter), and every series carries a ``bookie`` label, so that ``bind(bookie_id)`` hands each
+bookie its own children. The broker or standalone passes the registry it serves on ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+@dataclass(frozen=True, slots=True)
+class BoundBookieMetrics:
+    """The children of one bookie. Updated from the loop and from the writer thread
+    (prometheus-client metrics are thread-safe)."""
+
+    bookie_id: str
+    adds: Any
+    add_failures: Any
+    add_latency: Any
+    add_bytes: Any
+    batch_size: Any
+    commit_latency: Any
+    reads: Any
+    read_failures: Any
+    read_bytes: Any
+    read_only: Any
+
+    def add_failed(self, code: str) -> None:
+        self.add_failures.labels(self.bookie_id, code).inc()
+
+    def read_failed(self, code: str) -> None:
+        self.read_failures.labels(self.bookie_id, code).inc()
+
+
+class BookieMetrics:
+    """The bookie's metric families in one registry; use ``BookieMetrics.for_registry``."""
+
+    _instances: ClassVar[dict[int, BookieMetrics]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        label = ["bookie"]
+        self.adds = Counter("magnetar_bookie_adds", "Entries durably added", label, registry=registry)
+        self.add_failures = Counter(
+            "magnetar_bookie_add_failures", "Adds refused or failed", [*label, "code"], registry=registry
+        )
+        self.add_latency = Histogram(
+            "magnetar_bookie_add_latency_seconds",
+            "Time from an add's arrival to its durable acknowledgement",
+            label,
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.add_bytes = Counter(
+            "magnetar_bookie_add_bytes", "Payload bytes durably added", label, registry=registry
+        )
+        self.batch_size = Histogram(
+            "magnetar_bookie_group_commit_batch_size",
+            "Operations per group-commit write transaction",
+            label,
+            buckets=_BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.commit_latency = Histogram(
+            "magnetar_bookie_group_commit_seconds",
+            "Duration of one group-commit transaction, fsync included",
+            label,
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.reads = Counter("magnetar_bookie_reads", "Entries read", label, registry=registry)
+        self.read_failures = Counter(
+            "magnetar_bookie_read_failures", "Reads that failed", [*label, "code"], registry=registry
+        )
+        self.read_bytes = Counter(
+            "magnetar_bookie_read_bytes", "Payload bytes read", label, registry=registry
+        )
+        self.read_only = Gauge(
+            "magnetar_bookie_read_only",
+            "1 while the bookie refuses adds (disk usage)",
+            label,
+            registry=registry,
+        )
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry | None = None) -> BookieMetrics:
+        registry = REGISTRY if registry is None else registry
+        with cls._lock:
+            found = cls._instances.get(id(registry))
+            if found is None:
+                found = cls._instances[id(registry)] = cls(registry)
+            return found
+
+    def bind(self, bookie_id: str) -> BoundBookieMetrics:
+        return BoundBookieMetrics(
+            bookie_id=bookie_id,
+            adds=self.adds.labels(bookie_id),
+            add_failures=self.add_failures,
+            add_latency=self.add_latency.labels(bookie_id),
+            add_bytes=self.add_bytes.labels(bookie_id),
+            batch_size=self.batch_size.labels(bookie_id),
+            commit_latency=self.commit_latency.labels(bookie_id),
+            reads=self.reads.labels(bookie_id),
+            read_failures=self.read_failures,
+            read_bytes=self.read_bytes.labels(bookie_id),
+            read_only=self.read_only.labels(bookie_id),
+        )

@@ -1,0 +1,247 @@
+"""The bookie's TCP server: the ``bk_*`` commands of protocol/WIRE.md over length-prefixed frames.
+
+Pipelining. Frames are decoded and dispatched as they arrive; an add is queued to the storage's
+group-commit thread synchronously (so adds keep their arrival order) and its ``bk_response`` is
+written from the future's done-callback, once that add is durable. The reader never waits for an
+add, so one connection keeps the writer thread's batches full. Reads are answered inline.
+
+Hostile input. A malformed frame (undecodable, oversized length prefix, not a command map), an
+unknown command, or a command with missing or mistyped fields gets one ``error`` frame
+(``rid: nil``) and closes that connection only; a connection that ends mid-frame is dropped with
+its partial bytes. Nothing from such a frame is stored. Requests already dispatched on that
+connection are answered before the error frame; well-formed frames that arrived in the same read
+as the bad one are dropped unanswered (the decoder refuses the whole chunk), which a client sees
+as the connection closing with those requests in flight. Operation errors (``LedgerFenced``,
+``ChecksumError``, ...) are ordinary ``bk_response`` codes and leave the connection open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from typing import Any
+
+from magnetar.bookie.registration import BookieRegistration, deregister, register
+from magnetar.bookie.storage import BookieStorage
+from magnetar.metadata.store import MetadataStore
+from magnetar.protocol import commands as c
+from magnetar.protocol.errors import InvalidCommand, MagnetarError, MalformedFrame, UnknownCommand
+from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
+
+log = logging.getLogger(__name__)
+OK = "OK"
+_READ_CHUNK = 256 * 1024
+_BOOKIE_COMMANDS = frozenset({c.BK_ADD, c.BK_READ, c.BK_READ_LAC, c.BK_FENCE, c.BK_DELETE})
+
+
+def _int(cmd: dict[str, Any], field: str, default: int | None = None) -> int:
+    value = cmd.get(field, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidCommand(f"field {field!r} of {cmd.get('t')!r} must be an integer")
+    return value
+
+
+def _bytes(cmd: dict[str, Any], field: str) -> bytes:
+    value = cmd.get(field)
+    if not isinstance(value, bytes):
+        raise InvalidCommand(f"field {field!r} of {cmd.get('t')!r} must be binary")
+    return value
+
+
+class _Connection:
+    """One client connection: writes responses unless the connection is already going away, and
+    tracks the writes still in flight so that a protocol error answers them before closing."""
+
+    __slots__ = ("in_flight", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.in_flight: set[asyncio.Future[Any]] = set()
+
+    def track(self, fut: asyncio.Future[Any]) -> None:
+        self.in_flight.add(fut)
+        fut.add_done_callback(self.in_flight.discard)
+
+    def send(self, message: dict[str, Any]) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(encode_frame(message))
+
+    def respond(self, rid: int, **fields: Any) -> None:
+        self.send({"t": c.BK_RESPONSE, "rid": rid, "code": OK, **fields})
+
+    def fail(self, rid: int, exc: BaseException) -> None:
+        if isinstance(exc, MagnetarError):
+            code, message = str(exc.code), str(exc)
+        else:
+            log.exception("bookie request %s failed unexpectedly", rid, exc_info=exc)
+            code, message = "UnknownError", repr(exc)
+        self.send({"t": c.BK_RESPONSE, "rid": rid, "code": code, "message": message})
+
+
+class BookieServer:
+    """Serves one ``BookieStorage`` on ``host:port`` (port 0 picks a free port; see ``port``).
+    With a ``store``, registers ``/bookies/available/{bookie_id}`` (ephemeral) once listening."""
+
+    def __init__(
+        self,
+        storage: BookieStorage,
+        *,
+        bookie_id: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        store: MetadataStore | None = None,
+        advertised_host: str | None = None,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self._storage = storage
+        self._bookie_id = bookie_id
+        self._host = host
+        self._port = port
+        self._store = store
+        self._advertised_host = advertised_host
+        self._max_frame_size = max_frame_size
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._registered_read_only: bool | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (meaningful after ``start``, also when constructed with port 0)."""
+        return self._port
+
+    @property
+    def advertised_host(self) -> str:
+        if self._advertised_host:
+            return self._advertised_host
+        if self._host in ("", "0.0.0.0", "::"):
+            return socket.gethostname()
+        return self._host
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self._host, self._port, limit=_READ_CHUNK)
+        self._port = int(self._server.sockets[0].getsockname()[1])
+        await self.update_registration()
+        log.info("bookie %s listening on %s:%d", self._bookie_id, self._host, self._port)
+
+    async def update_registration(self) -> None:
+        """Publish the address and the current read-only flag (only when the flag changed)."""
+        read_only = self._storage.read_only
+        if self._store is None or self._registered_read_only == read_only:
+            return
+        await register(
+            self._store, self._bookie_id, BookieRegistration(self.advertised_host, self._port, read_only)
+        )
+        self._registered_read_only = read_only
+
+    async def stop(self) -> None:
+        """Deregister, stop accepting, and close every connection (the storage stays open: the
+        service owns it)."""
+        if self._store is not None and self._registered_read_only is not None:
+            await deregister(self._store, self._bookie_id)
+            self._registered_read_only = None
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._writers):
+                writer.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        conn = _Connection(writer)
+        decoder = FrameDecoder(self._max_frame_size)
+        try:
+            while True:
+                chunk = await reader.read(_READ_CHUNK)
+                if not chunk:
+                    if decoder.buffered:
+                        log.info("bookie connection ended inside a frame; %d bytes dropped", decoder.buffered)
+                    return
+                try:
+                    for cmd in decoder.feed(chunk):
+                        self._dispatch(conn, cmd)
+                except MagnetarError as exc:  # malformed input: answer once, drop this connection
+                    if conn.in_flight:  # requests before the bad frame still get their answers
+                        await asyncio.wait(list(conn.in_flight))
+                    conn.send(c.error_frame(None, str(exc.code), str(exc)))
+                    with contextlib.suppress(ConnectionError):
+                        await writer.drain()
+                    return
+                await writer.drain()  # back-pressure: stop reading while responses pile up
+        except ConnectionError:
+            return
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    def _dispatch(self, conn: _Connection, cmd: Any) -> None:
+        """Start one command. Raises (and so closes the connection) only for protocol errors."""
+        if not isinstance(cmd, dict) or not isinstance(cmd.get("t"), str):
+            raise MalformedFrame("a frame must hold a command map with a string field 't'")
+        problem = c.missing_fields(cmd)
+        if problem is not None:
+            raise InvalidCommand(problem)
+        name = cmd["t"]
+        if name not in _BOOKIE_COMMANDS:
+            raise UnknownCommand(f"a bookie does not serve {name!r}")
+        rid = _int(cmd, "rid")
+        if name == c.BK_ADD:
+            args = (_int(cmd, "ledger"), _int(cmd, "entry"), _bytes(cmd, "data"), _int(cmd, "crc"))
+            lac = _int(cmd, "lac", -1)
+            try:
+                fut = self._storage.add_nowait(*args, lac, recovery=bool(cmd.get("recovery", False)))
+            except MagnetarError as exc:
+                conn.fail(rid, exc)
+                return
+            conn.track(fut)
+            fut.add_done_callback(lambda f: self._answer(conn, rid, f))
+        elif name == c.BK_READ:
+            ledger, entry = _int(cmd, "ledger"), _int(cmd, "entry")
+            if cmd.get("fence"):
+                fenced = self._storage.fence_nowait(ledger)
+                conn.track(fenced)
+                fenced.add_done_callback(lambda f: self._read_after_fence(conn, rid, ledger, entry, f))
+            else:
+                self._read(conn, rid, ledger, entry)
+        elif name == c.BK_READ_LAC:
+            try:
+                conn.respond(rid, lac=self._storage.read_lac_sync(_int(cmd, "ledger")))
+            except MagnetarError as exc:
+                conn.fail(rid, exc)
+        elif name == c.BK_FENCE:
+            fence = self._storage.fence_nowait(_int(cmd, "ledger"))
+            conn.track(fence)
+            fence.add_done_callback(lambda f: self._answer(conn, rid, f, "lac"))
+        else:  # BK_DELETE
+            delete = self._storage.delete_ledger_nowait(_int(cmd, "ledger"))
+            conn.track(delete)
+            delete.add_done_callback(lambda f: self._answer(conn, rid, f))
+
+    def _read(self, conn: _Connection, rid: int, ledger: int, entry: int) -> None:
+        try:
+            result = self._storage.read_sync(ledger, entry)
+        except MagnetarError as exc:
+            conn.fail(rid, exc)
+            return
+        conn.respond(rid, data=result.data, crc=result.crc, lac=result.lac)
+
+    def _read_after_fence(
+        self, conn: _Connection, rid: int, ledger: int, entry: int, fut: asyncio.Future[Any]
+    ) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            conn.fail(rid, exc)
+        else:
+            self._read(conn, rid, ledger, entry)
+
+    @staticmethod
+    def _answer(conn: _Connection, rid: int, fut: asyncio.Future[Any], field: str | None = None) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            conn.fail(rid, exc)
+        elif field is None:
+            conn.respond(rid)
+        else:
+            conn.respond(rid, **{field: fut.result()})

@@ -1,0 +1,152 @@
+"""``BookieService``: one bookie process — cookie check, storage, TCP server, registration.
+
+The start order is the safety argument. The cookie is verified before the storage is opened, so
+a bookie refused for a wiped disk leaves the directory as it found it. The server registers in
+``/bookies/available`` only after it listens, so nobody is sent to a port that refuses. Stop runs
+in reverse: deregister first (no new ensembles pick this bookie), then close connections, then
+let the writer thread finish every queued add before the environment closes.
+
+A background task re-checks disk usage every ``disk_check_interval`` seconds (adds also check,
+at most once a second) and republishes the registration when the bookie enters or leaves
+read-only mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from magnetar.bookie.cookie import Cookie, read_local_cookie, verify_cookie
+from magnetar.bookie.local_client import LocalBookieClient
+from magnetar.bookie.metrics import BookieMetrics
+from magnetar.bookie.server import BookieServer
+from magnetar.bookie.storage import BookieStorage
+from magnetar.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+DEFAULT_READONLY_THRESHOLD = 0.95
+
+
+class BookieService:
+    """``bookie_id=None`` reuses the id in the data directory's cookie, or makes a new one
+    (``bookie-<8 hex>``) on first start; clusters should pass a stable id (the pod name)."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        bookie_id: str | None = None,
+        store: MetadataStore | None = None,
+        readonly_threshold: float | None = DEFAULT_READONLY_THRESHOLD,
+        *,
+        reprovision: bool = False,
+        sync: bool = True,
+        advertised_host: str | None = None,
+        disk_check_interval: float = 10.0,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self._port = port
+        if bookie_id is None:
+            existing = read_local_cookie(self.data_dir)
+            bookie_id = existing.bookie_id if existing else f"bookie-{uuid.uuid4().hex[:8]}"
+        self.bookie_id = bookie_id
+        self.store = store
+        self.readonly_threshold = readonly_threshold
+        self._reprovision = reprovision
+        self._sync = sync
+        self._advertised_host = advertised_host
+        self._disk_check_interval = disk_check_interval
+        self._metrics = BookieMetrics.for_registry(registry).bind(bookie_id)
+        self.cookie: Cookie | None = None
+        self._storage: BookieStorage | None = None
+        self._server: BookieServer | None = None
+        self._disk_task: asyncio.Task[None] | None = None
+
+    @property
+    def storage(self) -> BookieStorage:
+        if self._storage is None:
+            raise RuntimeError("the bookie service is not started")
+        return self._storage
+
+    @property
+    def port(self) -> int:
+        """The bound port once started (useful with port 0)."""
+        return self._server.port if self._server is not None else self._port
+
+    def local_client(self) -> LocalBookieClient:
+        """An in-process client of this bookie (standalone mode: no TCP hop)."""
+        return LocalBookieClient(self.storage, self.bookie_id)
+
+    async def start(self) -> None:
+        self.cookie = await verify_cookie(
+            self.data_dir, self.bookie_id, self.store, reprovision=self._reprovision
+        )
+        self._storage = await asyncio.to_thread(
+            BookieStorage,
+            self.data_dir,
+            sync=self._sync,
+            readonly_threshold=self.readonly_threshold,
+            metrics=self._metrics,
+        )
+        self._server = BookieServer(
+            self._storage,
+            bookie_id=self.bookie_id,
+            host=self.host,
+            port=self._port,
+            store=self.store,
+            advertised_host=self._advertised_host,
+        )
+        try:
+            await self._server.start()
+        except BaseException:
+            await self._storage.close()
+            raise
+        self._disk_task = asyncio.get_running_loop().create_task(self._watch_disk())
+
+    async def _watch_disk(self) -> None:
+        while True:
+            await asyncio.sleep(self._disk_check_interval)  # a timer, not a wait for an event
+            await self.check_disk()
+
+    async def check_disk(self) -> bool:
+        """Re-evaluate read-only mode now and publish a change; returns the read-only flag."""
+        storage, server = self.storage, self._server
+        was = storage.read_only
+        now = storage.check_disk(force=True)
+        if now != was:
+            log.warning("bookie %s is now %s", self.bookie_id, "read-only" if now else "writable")
+        if server is not None:
+            try:
+                await server.update_registration()
+            except Exception:  # metadata unavailable: try again on the next tick
+                log.exception("bookie %s could not update its registration", self.bookie_id)
+        return now
+
+    async def stop(self) -> None:
+        if self._disk_task is not None:
+            self._disk_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._disk_task
+            self._disk_task = None
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+        if self._storage is not None:
+            await self._storage.close()
+            self._storage = None
+
+    async def __aenter__(self) -> BookieService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()

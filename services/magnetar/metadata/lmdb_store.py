@@ -1,0 +1,272 @@
+"""The embedded metadata store: ``MetadataStore`` on one LMDB environment, for standalone mode.
+
+Layout (one environment in a directory, three named databases):
+
+- ``kv``: key = the path as UTF-8, value = msgpack ``[version, ephemeral, value]``.
+- ``ephemeral``: key = path of every ephemeral key, so that ending a session touches only those
+  keys instead of scanning the tree.
+- ``meta``: ``revision``, the store-wide write counter.
+
+Versions come from the store-wide revision (as etcd's ``mod_revision`` does), not from a per-key
+counter that restarts at zero. A key that is deleted and created again therefore never gets back
+a version it had before, so a stale compare-and-set from before the delete cannot succeed.
+
+Sessions. The embedded store serves exactly one process: a ``flock`` on ``store.lock`` in the
+directory makes a second opener (another process, or a second store in this one) fail instead
+of silently sharing ephemeral keys. Every ephemeral key belongs to the current session. ``close``
+deletes them; a process killed with -9 leaves them on disk, so opening the store deletes every
+ephemeral key left by an earlier session (nobody else can own them: the lock says so).
+
+Threading decision (measured on the build machine: a durable LMDB commit costs ~2 ms of fsync,
+a point read ~7 µs). Writes run on one dedicated thread, so an fsync never stalls the event loop
+for milliseconds, and writes are serialized in submission order, which keeps compare-and-set
+simple. Reads run inline on the loop: at microseconds, a thread hop (~50 µs) would cost more
+than it saves. A read after an awaited write always sees it (the write committed first).
+
+Watches are in-process only. Callbacks are scheduled with ``loop.call_soon`` after the write has
+committed, so a watcher that reacts by reading sees the new state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import struct
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+import msgpack
+
+from magnetar.metadata.store import ANY_VERSION, MUST_NOT_EXIST, Notification, Stat, Versioned, Watcher
+from magnetar.protocol.errors import AlreadyClosed, BadVersion, NotFound
+
+T = TypeVar("T")
+
+DEFAULT_MAP_SIZE = 64 * 1024**3  # virtual: LMDB's map is sparse, this is only an upper bound
+_REVISION_KEY = b"revision"
+_U64 = struct.Struct(">Q")
+
+
+def check_path(path: str) -> str:
+    """Paths are absolute, ``/``-separated, with no empty segment and no trailing slash."""
+    if not path.startswith("/") or (path != "/" and (path.endswith("/") or "//" in path)):
+        raise ValueError(f"invalid metadata path {path!r}")
+    return path
+
+
+def _under(path: str, prefix: str) -> bool:
+    """True if ``path`` is ``prefix`` or below it: ``/a`` covers ``/a/b`` but not ``/ab``."""
+    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
+
+
+class LmdbMetadataStore:
+    """``MetadataStore`` on LMDB. ``LmdbMetadataStore(path)`` opens synchronously (one short
+    cleanup transaction); ``await LmdbMetadataStore.open(path)`` does the same off the loop."""
+
+    def __init__(self, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) -> None:
+        self._dir = Path(path)
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self._dir / "store.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise RuntimeError(
+                f"metadata store {self._dir} is already open (the embedded store serves one process)"
+            ) from None
+        self._env = lmdb.open(
+            str(self._dir), map_size=map_size, max_dbs=3, sync=True, metasync=True, subdir=True
+        )
+        self._kv = self._env.open_db(b"kv")
+        self._eph = self._env.open_db(b"ephemeral")
+        self._meta = self._env.open_db(b"meta")
+        self._watchers: dict[int, tuple[str, Watcher]] = {}
+        self._next_watch = 0
+        self._closed = False
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magnetar-metadata")
+        self._delete_ephemerals()  # left by a session that died without close()
+
+    @classmethod
+    async def open(
+        cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE
+    ) -> LmdbMetadataStore:
+        return await asyncio.to_thread(cls, path, map_size=map_size)
+
+    # --- helpers run on the writer thread
+
+    def _next_revision(self, txn: Any) -> int:
+        raw = txn.get(_REVISION_KEY, db=self._meta)
+        rev = (_U64.unpack(raw)[0] if raw is not None else 0) + 1
+        txn.put(_REVISION_KEY, _U64.pack(rev), db=self._meta)
+        return rev
+
+    @staticmethod
+    def _decode(raw: bytes) -> tuple[int, bool, bytes]:
+        version, ephemeral, value = msgpack.unpackb(raw, raw=False)
+        return int(version), bool(ephemeral), bytes(value)
+
+    def _delete_ephemerals(self) -> list[str]:
+        deleted: list[str] = []
+        with self._env.begin(write=True) as txn:
+            cursor = txn.cursor(db=self._eph)
+            for key in list(cursor.iternext(keys=True, values=False)):
+                txn.delete(key, db=self._kv)
+                txn.delete(key, db=self._eph)
+                deleted.append(bytes(key).decode())
+        return deleted
+
+    def _put_txn(self, path: str, value: bytes, expected: int, ephemeral: bool) -> Stat:
+        key = path.encode()
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(key, db=self._kv)
+            current = self._decode(raw)[0] if raw is not None else None
+            if expected == MUST_NOT_EXIST and current is not None:
+                raise BadVersion(f"{path} already exists (version {current})")
+            if expected >= 0 and current != expected:
+                raise BadVersion(f"{path}: expected version {expected}, found {current}")
+            rev = self._next_revision(txn)
+            txn.put(key, msgpack.packb([rev, ephemeral, value], use_bin_type=True), db=self._kv)
+            if ephemeral:
+                txn.put(key, b"", db=self._eph)
+            else:
+                txn.delete(key, db=self._eph)
+        return Stat(rev, ephemeral)
+
+    def _delete_txn(self, path: str, expected: int) -> None:
+        key = path.encode()
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(key, db=self._kv)
+            if raw is None:
+                raise NotFound(f"{path} does not exist")
+            current = self._decode(raw)[0]
+            if expected >= 0 and current != expected:
+                raise BadVersion(f"{path}: expected version {expected}, found {current}")
+            txn.delete(key, db=self._kv)
+            txn.delete(key, db=self._eph)
+
+    def _increment_txn(self, path: str) -> int:
+        key = path.encode()
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(key, db=self._kv)
+            current = 0
+            ephemeral = False
+            if raw is not None:
+                _, ephemeral, value = self._decode(raw)
+                try:
+                    current = int(value.decode())
+                except ValueError:
+                    raise ValueError(f"{path} does not hold a counter: {value[:40]!r}") from None
+            rev = self._next_revision(txn)
+            new = current + 1
+            txn.put(key, msgpack.packb([rev, ephemeral, str(new).encode()], use_bin_type=True), db=self._kv)
+        return new
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, fn, *args)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosed("the metadata store is closed")
+
+    def _notify(self, kind: str, path: str) -> None:
+        if not self._watchers:
+            return
+        loop = asyncio.get_running_loop()
+        note = Notification(kind, path)
+        for prefix, callback in list(self._watchers.values()):
+            if _under(path, prefix):
+                loop.call_soon(callback, note)
+
+    # --- MetadataStore
+
+    async def get(self, path: str) -> Versioned | None:
+        self._check_open()
+        with self._env.begin(db=self._kv) as txn:
+            raw = txn.get(check_path(path).encode())
+        if raw is None:
+            return None
+        version, ephemeral, value = self._decode(raw)
+        return Versioned(value, Stat(version, ephemeral))
+
+    async def put(
+        self, path: str, value: bytes, expected_version: int = ANY_VERSION, *, ephemeral: bool = False
+    ) -> Stat:
+        if check_path(path) == "/":
+            raise ValueError("the root path holds no value")
+        stat = await self._write(self._put_txn, path, bytes(value), expected_version, ephemeral)
+        self._notify("put", path)
+        return stat
+
+    async def delete(self, path: str, expected_version: int = ANY_VERSION) -> None:
+        await self._write(self._delete_txn, check_path(path), expected_version)
+        self._notify("delete", path)
+
+    async def children(self, path: str) -> list[str]:
+        self._check_open()
+        prefix = check_path(path).rstrip("/") + "/"
+        pre = prefix.encode()
+        names: set[str] = set()
+        with self._env.begin(db=self._kv) as txn:
+            cursor = txn.cursor()
+            found = cursor.set_range(pre)
+            while found:
+                key = bytes(cursor.key())
+                if not key.startswith(pre):
+                    break
+                name, sep, _ = key[len(pre) :].partition(b"/")
+                names.add(name.decode())
+                # Skip the whole subtree below ``name`` in one seek ('0' sorts right after '/').
+                found = cursor.set_range(pre + name + b"0") if sep else cursor.next()
+        return sorted(names)
+
+    async def exists(self, path: str) -> bool:
+        return await self.get(path) is not None
+
+    def watch(self, prefix: str, callback: Watcher) -> Callable[[], None]:
+        check_path(prefix)
+        token = self._next_watch
+        self._next_watch += 1
+        self._watchers[token] = (prefix, callback)
+
+        def unsubscribe() -> None:
+            self._watchers.pop(token, None)
+
+        return unsubscribe
+
+    async def increment(self, path: str) -> int:
+        if check_path(path) == "/":
+            raise ValueError("the root path holds no value")
+        value = await self._write(self._increment_txn, path)
+        self._notify("put", path)
+        return value
+
+    async def close(self) -> None:
+        """Delete this session's ephemeral keys (watchers hear about it), then release the
+        environment and the directory lock. Closing twice is harmless."""
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        deleted = await loop.run_in_executor(self._writer, self._delete_ephemerals)
+        self._closed = True
+        for path in deleted:
+            self._notify("delete", path)
+        self._writer.shutdown(wait=True)
+        self._env.close()
+        os.close(self._lock_fd)
+
+    @property
+    def path(self) -> Path:
+        return self._dir
+
+
+def _conformance() -> None:
+    """Never called: makes mypy prove that ``LmdbMetadataStore`` implements ``MetadataStore``."""
+    from magnetar.metadata.store import MetadataStore
+
+    _impl: type[MetadataStore] = LmdbMetadataStore
