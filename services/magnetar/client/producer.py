@@ -1,0 +1,442 @@
+"""Asyncio producers: one ``PartitionProducer`` per (partition) topic, and the public ``Producer``.
+
+``PartitionProducer`` owns the send path: batching (count, bytes, delay), sequence ids, the
+in-flight queue matched against receipts (the broker answers in ``seq`` order, so matching is a
+``popleft``), the send timeout, and back-pressure through ``max_pending_messages``. ``Producer``
+is what users hold: for a partitioned topic it routes each message to a partition
+(``routing.RoundRobinRouter``), otherwise it forwards to its single partition producer.
+
+Hot path per message: a size check, ``[payload, props, key, ts, seq]`` appended to the open batch,
+and a two-slot ``SendReceipt``. No task and no future per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from magnetar.client.batch_builder import RECORD_OVERHEAD, Batch, SendCallback, SendReceipt
+from magnetar.client.connection import Connection
+from magnetar.client.errors import ProducerQueueIsFull
+from magnetar.client.routing import RoundRobinRouter
+from magnetar.protocol import commands as cmds
+from magnetar.protocol.compression import CompressionType
+from magnetar.protocol.errors import (
+    AlreadyClosed,
+    MagnetarError,
+    MessageTooLarge,
+    NotConnected,
+    Timeout,
+    Unsupported,
+)
+from magnetar.protocol.message_id import MessageId
+
+log = logging.getLogger(__name__)
+
+# Shared by every record sent without properties (records are packed, never mutated).
+_NO_PROPERTIES: dict[str, str] = {}
+
+
+class ProducerConfig:
+    """The options of ``create_producer``, validated once (names and defaults as Pulsar's)."""
+
+    __slots__ = (
+        "batching_enabled",
+        "batching_max_allowed_size_in_bytes",
+        "batching_max_messages",
+        "batching_max_publish_delay_ms",
+        "block_if_queue_full",
+        "compression_type",
+        "max_pending_messages",
+        "producer_name",
+        "send_timeout_millis",
+    )
+
+    def __init__(
+        self,
+        *,
+        producer_name: str | None = None,
+        send_timeout_millis: int = 30000,
+        compression_type: CompressionType = CompressionType.NONE,
+        max_pending_messages: int = 1000,
+        block_if_queue_full: bool = True,
+        batching_enabled: bool = True,
+        batching_max_messages: int = 1000,
+        batching_max_allowed_size_in_bytes: int = 128 * 1024,
+        batching_max_publish_delay_ms: float = 10,
+    ) -> None:
+        compression_type = CompressionType(compression_type)
+        if compression_type == CompressionType.SNAPPY:
+            raise Unsupported(
+                "CompressionType.SNAPPY is not supported by the Magnetar client; use LZ4, ZLib or ZSTD"
+            )
+        if batching_max_messages < 1 or batching_max_allowed_size_in_bytes < 1:
+            raise ValueError("batching limits must be positive")
+        if max_pending_messages < 1:
+            raise ValueError("max_pending_messages must be positive")
+        self.producer_name = producer_name
+        self.send_timeout_millis = send_timeout_millis
+        self.compression_type = compression_type
+        self.max_pending_messages = max_pending_messages
+        self.block_if_queue_full = block_if_queue_full
+        self.batching_enabled = batching_enabled
+        self.batching_max_messages = batching_max_messages if batching_enabled else 1
+        self.batching_max_allowed_size_in_bytes = batching_max_allowed_size_in_bytes
+        self.batching_max_publish_delay_ms = batching_max_publish_delay_ms
+
+
+class PartitionProducer:
+    """Producer on one (non-partitioned, or single partition) topic, over one connection."""
+
+    def __init__(
+        self, conn: Connection, topic: str, partition: int, producer_id: int, config: ProducerConfig
+    ) -> None:
+        self._conn = conn
+        self.topic = topic
+        self.partition = partition
+        self.producer_id = producer_id
+        self._cfg = config
+        self._loop = asyncio.get_running_loop()
+        self.producer_name = config.producer_name or ""
+        self.last_sequence_id = -1
+        self._next_seq = 0
+        self._batching = config.batching_enabled
+        self._max_messages = config.batching_max_messages
+        self._max_message_size = conn.max_message_size
+        # A batch must also fit the broker's limit, whatever the user asked for.
+        self._max_bytes = min(config.batching_max_allowed_size_in_bytes, conn.max_message_size)
+        self._delay = config.batching_max_publish_delay_ms / 1000.0
+        self._timeout = config.send_timeout_millis / 1000.0
+        self.max_pending = config.max_pending_messages
+        self._compression = config.compression_type
+        self._batch: Batch | None = None
+        self._inflight: deque[Batch] = deque()
+        self.pending = 0  # messages in the open batch plus in flight
+        self._capacity_waiters: list[asyncio.Future[None]] = []
+        self._timeout_handle: asyncio.TimerHandle | None = None
+        self._closed: MagnetarError | None = None
+        # Told how many messages completed (either way); the sync layer counts in-flight with it.
+        self.completion_listener: Callable[[int], None] | None = None
+        # Told when a batch is sealed; the partitioned producer moves round robin on with it.
+        self.seal_listener: Callable[[int], None] | None = None
+
+    async def register(self) -> None:
+        cmd: dict[str, Any] = {"t": cmds.PRODUCER, "topic": self.topic, "producer_id": self.producer_id}
+        if self._cfg.producer_name:
+            cmd["producer_name"] = self._cfg.producer_name
+        self._conn.register_producer(self.producer_id, self)
+        try:
+            answer = await self._conn.request(cmd)
+        except BaseException:
+            self._conn.unregister_producer(self.producer_id)
+            raise
+        self.producer_name = str(answer.get("producer_name") or self.producer_name)
+        last = answer.get("last_sequence_id")
+        self.last_sequence_id = int(last) if last is not None else -1
+        self._next_seq = self.last_sequence_id + 1
+
+    # ---------------------------------------------------------------- send path
+
+    def send_nowait(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        event_timestamp: int | None = None,
+        callback: SendCallback | None = None,
+        *,
+        check_capacity: bool = True,
+    ) -> SendReceipt:
+        """Add a message to the open batch without waiting; raises if refused.
+
+        This is the per-message hot path: keep it to checks, one list append and counters.
+        """
+        if self._closed is not None:
+            raise self._closed
+        if type(content) is not bytes and not isinstance(content, bytearray | memoryview):
+            raise TypeError(f"message content must be bytes, not {type(content).__name__}")
+        size = len(content)
+        if size > self._max_message_size:
+            raise MessageTooLarge(
+                f"message of {size} bytes exceeds the broker's max_message_size of {self._max_message_size}"
+            )
+        if check_capacity and self.pending >= self.max_pending:
+            raise ProducerQueueIsFull(f"{self.pending} messages pending (max_pending_messages)")
+        size += RECORD_OVERHEAD
+        if properties:
+            for k, v in properties.items():
+                size += len(k) + len(v) + 2
+        else:
+            properties = _NO_PROPERTIES
+        batch = self._batch
+        if batch is None:
+            batch = self._open_batch()
+        elif batch.nbytes + size > self._max_bytes:  # (a full batch by count was sealed already)
+            self._seal()
+            batch = self._open_batch()
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        records = batch.records
+        records.append([content, properties, partition_key, event_timestamp or 0, seq])
+        batch.count = n = len(records)
+        batch.nbytes += size
+        self.pending += 1
+        if callback is not None:
+            batch.add_callback(n - 1, callback)
+        if n >= self._max_messages or batch.nbytes >= self._max_bytes:
+            self._seal()
+        return SendReceipt(batch, n - 1 if self._batching else -1)
+
+    async def wait_for_capacity(self) -> None:
+        """Return once fewer than ``max_pending_messages`` are pending."""
+        while self.pending >= self.max_pending:
+            if self._closed is not None:
+                raise self._closed
+            fut: asyncio.Future[None] = self._loop.create_future()
+            self._capacity_waiters.append(fut)
+            await fut
+
+    async def wait_for_capacity_or_raise(self) -> None:
+        """Wait for room if the producer blocks when full; otherwise refuse at once."""
+        if not self._cfg.block_if_queue_full:
+            raise ProducerQueueIsFull(f"{self.pending} messages pending (max_pending_messages)")
+        await self.wait_for_capacity()
+
+    def _open_batch(self) -> Batch:
+        now = self._loop.time()
+        batch = self._batch = Batch(self._next_seq, now, self._loop.create_future())
+        if self._batching:
+            self._loop.call_at(now + self._delay, self._on_batch_timer, batch)
+        return batch
+
+    def _on_batch_timer(self, batch: Batch) -> None:
+        if self._batch is batch:
+            self._seal()
+
+    def _seal(self) -> None:
+        """Encode the open batch (one msgpack + compress + CRC) and queue its ``send`` frame."""
+        batch = self._batch
+        if batch is None:
+            return
+        self._batch = None
+        try:
+            meta, payload = batch.encode(
+                producer_name=self.producer_name, compression=self._compression, batched=self._batching
+            )
+        except (TypeError, ValueError) as exc:  # e.g. a property value msgpack cannot encode
+            self._complete(batch, MagnetarError(f"cannot encode batch: {exc}"))
+            return
+        if self.seal_listener is not None:
+            self.seal_listener(self.partition)
+        if len(payload) > self._max_message_size:
+            self._complete(
+                batch,
+                MessageTooLarge(
+                    f"batch of {len(payload)} bytes exceeds the broker's max_message_size "
+                    f"of {self._max_message_size}"
+                ),
+            )
+            return
+        try:
+            self._conn.write(
+                {
+                    "t": cmds.SEND,
+                    "producer_id": self.producer_id,
+                    "seq": batch.first_seq,
+                    "meta": meta,
+                    "payload": payload,
+                }
+            )
+        except MagnetarError as exc:
+            self._complete(batch, exc)
+            return
+        self._inflight.append(batch)
+        if self._timeout_handle is None and self._timeout > 0:
+            self._timeout_handle = self._loop.call_at(batch.opened_at + self._timeout, self._check_timeouts)
+
+    # ---------------------------------------------------------------- completions
+
+    def _complete(self, batch: Batch, exc: MagnetarError | None, ledger: int = -1, entry: int = -1) -> None:
+        if exc is None:
+            batch.resolve(ledger, entry, self.partition, self._batching)
+        else:
+            batch.fail(exc)
+        self.pending -= batch.count
+        if self.completion_listener is not None:
+            self.completion_listener(batch.count)
+        if self._capacity_waiters and self.pending < self.max_pending:
+            waiters, self._capacity_waiters = self._capacity_waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+
+    def _on_receipt(self, seq: int, ledger: int, entry: int) -> None:
+        inflight = self._inflight
+        while inflight:
+            head = inflight[0]
+            if head.first_seq > seq:
+                return  # a late receipt for a batch that already timed out
+            inflight.popleft()
+            if head.first_seq == seq:
+                self.last_sequence_id = seq + head.count - 1
+                self._complete(head, None, ledger, entry)
+                return
+            # Receipts come in seq order, so an older batch without one was lost by the broker.
+            self._complete(head, MagnetarError(f"broker skipped the receipt for seq {head.first_seq}"))
+
+    def _on_send_error(self, seq: int, exc: MagnetarError) -> None:
+        inflight = self._inflight
+        while inflight and inflight[0].first_seq <= seq:
+            head = inflight.popleft()
+            self._complete(head, exc if head.first_seq == seq else MagnetarError("send lost"))
+            if head.first_seq == seq:
+                return
+
+    def _check_timeouts(self) -> None:
+        self._timeout_handle = None
+        now = self._loop.time()
+        inflight = self._inflight
+        while inflight and inflight[0].opened_at + self._timeout <= now:
+            batch = inflight.popleft()
+            self._complete(batch, Timeout(f"send not acknowledged within {self._cfg.send_timeout_millis} ms"))
+        if inflight:
+            self._timeout_handle = self._loop.call_at(
+                inflight[0].opened_at + self._timeout, self._check_timeouts
+            )
+
+    def _fail_all(self, exc: MagnetarError) -> None:
+        if self._batch is not None:
+            batch, self._batch = self._batch, None
+            self._complete(batch, exc)
+        while self._inflight:
+            self._complete(self._inflight.popleft(), exc)
+        if self._timeout_handle is not None:
+            self._timeout_handle.cancel()
+            self._timeout_handle = None
+        waiters, self._capacity_waiters = self._capacity_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_exception(exc)
+                w.exception()
+
+    def _on_connection_closed(self, exc: MagnetarError) -> None:
+        self._closed = exc
+        self._fail_all(exc)
+
+    # ---------------------------------------------------------------- flush / close
+
+    def seal_open_batch(self) -> None:
+        self._seal()
+
+    async def flush(self) -> None:
+        """Send the open batch now and wait until every pending message has an outcome."""
+        self._seal()
+        if self._inflight:
+            await asyncio.wait([self._inflight[-1].future])
+
+    async def close(self) -> None:
+        if self._closed is not None:
+            return
+        await self.flush()
+        self._closed = AlreadyClosed(f"producer on {self.topic} is closed")
+        try:
+            if not self._conn.closed:
+                await self._conn.request({"t": cmds.CLOSE_PRODUCER, "producer_id": self.producer_id})
+        except (NotConnected, Timeout) as exc:
+            log.debug("close_producer on %s: %s", self.topic, exc)
+        finally:
+            self._conn.unregister_producer(self.producer_id)
+            self._fail_all(self._closed)
+
+
+class Producer:
+    """A producer on a topic, partitioned or not (``client.create_producer`` makes one).
+
+    ``send`` waits for the broker's receipt; ``send_async`` returns a ``SendReceipt`` as soon as the
+    message is queued, so many sends can be in flight (await the receipts, in any order, later).
+    """
+
+    def __init__(self, topic: str, partitions: list[PartitionProducer], partitioned: bool) -> None:
+        self._topic = topic
+        self._parts = partitions
+        self._partitioned = partitioned
+        self._router = RoundRobinRouter(len(partitions)) if partitioned else None
+        if self._router is not None:
+            router = self._router
+            for p in partitions:
+                p.seal_listener = router.batch_sent
+
+    def topic(self) -> str:
+        return self._topic
+
+    def producer_name(self) -> str:
+        return self._parts[0].producer_name
+
+    def last_sequence_id(self) -> int:
+        return max(p.last_sequence_id for p in self._parts)
+
+    @property
+    def partitions(self) -> list[PartitionProducer]:
+        return self._parts
+
+    def _pick(self, partition_key: str | None) -> PartitionProducer:
+        router = self._router
+        if router is None:
+            return self._parts[0]
+        return self._parts[router.choose(partition_key)]
+
+    async def send(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        event_timestamp: int | None = None,
+    ) -> MessageId:
+        """Publish one message and wait until it is durable; returns its id."""
+        receipt = await self.send_async(content, properties, partition_key, event_timestamp)
+        return await receipt
+
+    async def send_async(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        event_timestamp: int | None = None,
+        callback: SendCallback | None = None,
+    ) -> SendReceipt:
+        """Queue one message (waiting only for room under ``max_pending_messages``); await the receipt."""
+        router = self._router
+        part = self._parts[0] if router is None else self._parts[router.choose(partition_key)]
+        if part.pending >= part.max_pending:
+            await part.wait_for_capacity_or_raise()
+        return part.send_nowait(content, properties, partition_key, event_timestamp, callback)
+
+    def send_nowait(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        event_timestamp: int | None = None,
+        callback: SendCallback | None = None,
+    ) -> SendReceipt:
+        """Queue one message without waiting; raises ``ProducerQueueIsFull`` when there is no room."""
+        return self._pick(partition_key).send_nowait(
+            content, properties, partition_key, event_timestamp, callback
+        )
+
+    async def flush(self) -> None:
+        """Send buffered batches now and wait for every pending message's outcome."""
+        await asyncio.gather(*(p.flush() for p in self._parts))
+
+    async def close(self) -> None:
+        """Flush, then close the producer on the broker."""
+        await asyncio.gather(*(p.close() for p in self._parts))
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

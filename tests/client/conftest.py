@@ -1,0 +1,289 @@
+"""Fixtures for the client's unit tests.
+
+``FakeBroker`` is a TINY in-test fake that speaks the client side of protocol/WIRE.md just well
+enough to unit-test the client (batching, receipts, flow, acks, lookup redirects). It is NOT the
+broker and must never be used for anything but client unit tests: the real broker is written
+separately, and end-to-end tests run the client against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from magnetar.protocol import commands as cmds
+from magnetar.protocol.checksum import crc32c
+from magnetar.protocol.framing import FrameDecoder, encode_frame
+
+
+@dataclass
+class FakeSub:
+    consumer_id: int
+    writer: asyncio.StreamWriter
+    topic: str
+    cursor: int
+    permits: int = 0
+    sub_type: str = "Exclusive"
+    redelivery: dict[int, int] = field(default_factory=dict)
+
+
+class FakeBroker:
+    """Client-unit-test fake (see module docstring). One ledger (id 7) per topic; entry = index."""
+
+    LEDGER = 7
+
+    def __init__(self, *, max_message_size: int = 5 * 1024 * 1024) -> None:
+        self.max_message_size = max_message_size
+        self.frames: list[dict[str, Any]] = []  # every frame received, in order
+        self.logs: dict[str, list[tuple[dict[str, Any], bytes]]] = {}
+        self.partitions: dict[str, int] = {}
+        self.lookups: dict[str, tuple[str, bool]] = {}  # topic -> (broker_url, redirect)
+        self.errors: dict[str, tuple[str, str]] = {}  # command name -> (code, message) to answer with
+        self.hold_receipts = False
+        self.hold_acks = False
+        self.held_acks: list[tuple[asyncio.StreamWriter, int]] = []
+        self.subs: dict[int, FakeSub] = {}
+        self.producer_topics: dict[int, str] = {}
+        self.writes_received = 0  # socket reads that carried data: shows write coalescing
+        self._changed = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"magnetar://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for sub in self.subs.values():
+                sub.writer.close()
+
+    def sent(self, t: str) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f["t"] == t]
+
+    async def wait_for(self, predicate: Callable[[], bool], within: float = 5.0) -> None:
+        """Wait (event-driven, no polling sleep) until ``predicate()`` holds after some frame."""
+        async with asyncio.timeout(within):
+            while not predicate():
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder()
+        try:
+            while data := await reader.read(1 << 20):
+                self.writes_received += 1
+                for frame in decoder.feed(data):
+                    self.frames.append(frame)
+                    self._handle(frame, writer)
+                    self._changed.set()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    def _reply(self, writer: asyncio.StreamWriter, frame: dict[str, Any]) -> None:
+        writer.write(encode_frame(frame))
+
+    def _handle(self, f: dict[str, Any], w: asyncio.StreamWriter) -> None:
+        t = f["t"]
+        rid = f.get("rid")
+        if t in self.errors:
+            code, message = self.errors[t]
+            self._reply(w, cmds.error_frame(rid, code, message))
+            return
+        if t == cmds.CONNECT:
+            self._reply(
+                w,
+                {
+                    "t": cmds.CONNECTED,
+                    "rid": rid,
+                    "server_version": "fake",
+                    "protocol_version": 1,
+                    "max_message_size": self.max_message_size,
+                },
+            )
+        elif t == cmds.LOOKUP:
+            url, redirect = self.lookups.get(f["topic"], (self.url, False))
+            self._reply(w, {"t": cmds.LOOKUP_RESPONSE, "rid": rid, "broker_url": url, "redirect": redirect})
+        elif t == cmds.PARTITIONED_METADATA:
+            n = self.partitions.get(f["topic"], 0)
+            self._reply(w, {"t": cmds.PARTITIONED_METADATA_RESPONSE, "rid": rid, "partitions": n})
+        elif t == cmds.PRODUCER:
+            self.logs.setdefault(f["topic"], [])
+            self.producer_topics[f["producer_id"]] = f["topic"]
+            self._reply(
+                w,
+                {
+                    "t": cmds.PRODUCER_SUCCESS,
+                    "rid": rid,
+                    "producer_name": f.get("producer_name") or f"fake-{f['producer_id']}",
+                    "last_sequence_id": -1,
+                },
+            )
+        elif t == cmds.SEND:
+            pid, seq = f["producer_id"], f["seq"]
+            if len(f["payload"]) > self.max_message_size:
+                self._reply(
+                    w,
+                    {
+                        "t": cmds.SEND_ERROR,
+                        "producer_id": pid,
+                        "seq": seq,
+                        "code": "MessageTooLarge",
+                        "message": "too large",
+                    },
+                )
+                return
+            if crc32c(f["payload"]) != f["meta"]["crc"]:
+                self._reply(
+                    w,
+                    {
+                        "t": cmds.SEND_ERROR,
+                        "producer_id": pid,
+                        "seq": seq,
+                        "code": "ChecksumError",
+                        "message": "bad crc",
+                    },
+                )
+                return
+            topic = self.producer_topics[pid]
+            log = self.logs[topic]
+            log.append((f["meta"], f["payload"]))
+            if not self.hold_receipts:
+                self._reply(
+                    w,
+                    {
+                        "t": cmds.SEND_RECEIPT,
+                        "producer_id": pid,
+                        "seq": seq,
+                        "ledger": self.LEDGER,
+                        "entry": len(log) - 1,
+                    },
+                )
+            self._dispatch()
+        elif t == cmds.SUBSCRIBE:
+            log = self.logs.setdefault(f["topic"], [])
+            cursor = 0 if f.get("initial_position") == "Earliest" else len(log)
+            self.subs[f["consumer_id"]] = FakeSub(
+                f["consumer_id"], w, f["topic"], cursor, sub_type=f["sub_type"]
+            )
+            self._reply(w, {"t": cmds.SUCCESS, "rid": rid})
+        elif t == cmds.FLOW:
+            self.subs[f["consumer_id"]].permits += f["permits"]
+            self._dispatch()
+        elif t == cmds.ACK:
+            if rid is not None:
+                if self.hold_acks:
+                    self.held_acks.append((w, rid))
+                else:
+                    self._reply(w, {"t": cmds.ACK_RESPONSE, "rid": rid})
+        elif t == cmds.REDELIVER:
+            sub = self.subs[f["consumer_id"]]
+            for ledger, entry in f.get("positions") or []:
+                assert ledger == self.LEDGER
+                sub.redelivery[entry] = sub.redelivery.get(entry, 0) + 1
+                self.push(sub.consumer_id, entry, redelivery_count=sub.redelivery[entry])
+        elif t in (cmds.CLOSE_PRODUCER, cmds.CLOSE_CONSUMER, cmds.UNSUBSCRIBE):
+            if t != cmds.CLOSE_PRODUCER:
+                self.subs.pop(f["consumer_id"], None)
+            self._reply(w, {"t": cmds.SUCCESS, "rid": rid})
+        elif t == cmds.PING:
+            self._reply(w, {"t": cmds.PONG})
+
+    def release_acks(self) -> None:
+        """Answer the acks held back by ``hold_acks`` (as if they just became durable)."""
+        self.hold_acks = False
+        for w, rid in self.held_acks:
+            self._reply(w, {"t": cmds.ACK_RESPONSE, "rid": rid})
+        self.held_acks.clear()
+
+    def _dispatch(self) -> None:
+        for sub in self.subs.values():
+            log = self.logs.get(sub.topic, [])
+            while sub.permits > 0 and sub.cursor < len(log):
+                meta, _ = log[sub.cursor]
+                self.push(sub.consumer_id, sub.cursor)
+                sub.permits -= meta["n"]
+                sub.cursor += 1
+
+    def push(
+        self, consumer_id: int, entry: int, *, redelivery_count: int = 0, payload: bytes | None = None
+    ) -> None:
+        """Push entry ``entry`` of the consumer's topic (optionally with a replaced payload)."""
+        sub = self.subs[consumer_id]
+        meta, stored = self.logs[sub.topic][entry]
+        self._reply(
+            sub.writer,
+            {
+                "t": cmds.MESSAGE,
+                "consumer_id": consumer_id,
+                "ledger": self.LEDGER,
+                "entry": entry,
+                "meta": meta,
+                "payload": stored if payload is None else payload,
+                "redelivery_count": redelivery_count,
+            },
+        )
+
+
+@pytest.fixture
+async def fake_broker() -> AsyncIterator[FakeBroker]:
+    broker = FakeBroker()
+    await broker.start()
+    yield broker
+    await broker.stop()
+
+
+@pytest.fixture
+async def broker_factory() -> AsyncIterator[Callable[..., Any]]:
+    started: list[FakeBroker] = []
+
+    async def make(**kwargs: Any) -> FakeBroker:
+        b = FakeBroker(**kwargs)
+        await b.start()
+        started.append(b)
+        return b
+
+    yield make
+    for b in started:
+        await b.stop()
+
+
+class ThreadedFakeBroker:
+    """The fake broker on its own loop thread, for tests of the blocking client (whose calls
+    block the test's thread, so the fake cannot share that thread's loop)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.broker = self.call(self._start())
+
+    async def _start(self) -> FakeBroker:
+        b = FakeBroker()
+        await b.start()
+        return b
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
+
+    def close(self) -> None:
+        self.call(self.broker.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+
+@pytest.fixture
+def threaded_broker() -> Any:
+    tb = ThreadedFakeBroker()
+    yield tb
+    tb.close()
