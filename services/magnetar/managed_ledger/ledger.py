@@ -56,6 +56,8 @@ class ManagedLedger:
         self._meta_version = MUST_NOT_EXIST
         self._current: WriteHandle | None = None
         self._current_created = 0.0
+        self._issued = 0
+        self._issued_bytes = 0
         self._inflight = 0
         self._drained: asyncio.Event = asyncio.Event()
         self._drained.set()
@@ -137,6 +139,8 @@ class ManagedLedger:
         )
         self._current = handle
         self._current_created = time.monotonic()
+        self._issued = 0
+        self._issued_bytes = 0
         info = LedgerInfo(handle.ledger_id, 0, 0)
         self._infos[handle.ledger_id] = info
         self._ids.append(handle.ledger_id)
@@ -150,16 +154,24 @@ class ManagedLedger:
 
     async def add_entry(self, data: bytes) -> Position:
         """Append one entry; returns its position once it is durable on Qa bookies."""
-        while self._rolling is not None:
-            await asyncio.shield(self._rolling)
-        if self._closed or self._current is None:
-            raise AlreadyClosed(f"managed ledger {self.name} is closed")
+        while True:
+            if self._rolling is not None:
+                await asyncio.shield(self._rolling)
+                continue
+            if self._closed or self._current is None:
+                raise AlreadyClosed(f"managed ledger {self.name} is closed")
+            if self._should_roll():
+                self._start_rollover()
+                continue
+            break
         handle = self._current
         info = self._infos[handle.ledger_id]
+        self._issued += 1
+        self._issued_bytes += len(data)
         self._inflight += 1
         self._drained.clear()
         try:
-            entry_id = await handle.append(data)
+            entry_id = await handle.append_nowait(data)
         finally:
             self._inflight -= 1
             if self._inflight == 0:
@@ -173,18 +185,22 @@ class ManagedLedger:
         self._cache_put(pos, data)
         for listener in list(self._listeners):
             listener()
-        if self._rolling is None and self._should_roll(info):
-            self._rolling = asyncio.get_running_loop().create_future()
-            asyncio.get_running_loop().create_task(self._rollover())
         return pos
 
-    def _should_roll(self, info: LedgerInfo) -> bool:
+    def _should_roll(self) -> bool:
+        """Roll before an add would overfill the current ledger (counted at issue, not at ack,
+        so that a burst of pipelined adds cannot overshoot the limit)."""
         c = self.config
         return (
-            info.entries >= c.max_entries_per_ledger
-            or info.size >= c.max_bytes_per_ledger
-            or (info.entries > 0 and time.monotonic() - self._current_created >= c.max_ledger_seconds)
+            self._issued >= c.max_entries_per_ledger
+            or self._issued_bytes >= c.max_bytes_per_ledger
+            or (self._issued > 0 and time.monotonic() - self._current_created >= c.max_ledger_seconds)
         )
+
+    def _start_rollover(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._rolling = loop.create_future()
+        loop.create_task(self._rollover())
 
     async def _rollover(self) -> None:
         rolling = self._rolling
@@ -299,10 +315,14 @@ class ManagedLedger:
 
     def first_readable(self, pos: Position) -> Position | None:
         """``pos`` if an entry is stored there, else the next stored entry after it, else None."""
-        if self.is_readable(pos):
-            return pos
-        nxt = self.next_position(Position(pos.ledger_id, pos.entry_id - 1))
-        return nxt if self.is_readable(nxt) else None
+        lid, eid = pos
+        for candidate in self._ids:
+            if candidate < lid:
+                continue
+            start = max(eid, 0) if candidate == lid else 0
+            if start < self._infos[candidate].entries:
+                return Position(candidate, start)
+        return None
 
     async def _read_from_bookies(self, lid: int, first: int, last: int) -> list[bytes]:
         if self._current is not None and lid == self._current.ledger_id:

@@ -66,7 +66,7 @@ class FrameDecoder:
         try:
             self._decode_into(data, frames)
         except (FrameTooLarge, MalformedFrame) as exc:
-            exc.frames = frames  # type: ignore[attr-defined]
+            exc.frames = frames  # type: ignore[union-attr]
             raise
         return frames
 
