@@ -14,7 +14,6 @@ from typing import Any
 __version__ = "0.1.0"
 
 
-
 def __getattr__(name: str) -> Any:
     """Forward the client's public names (``magnetar.Client``, ``magnetar.Result``...)."""
     if name == "asyncio":

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.support.standalone import StandaloneProcess, run_standalone
 
 

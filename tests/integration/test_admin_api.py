@@ -8,16 +8,17 @@ import urllib.request
 from typing import Any
 
 import pytest
+from tests.support.standalone import StandaloneProcess
 
 import magnetar
 from magnetar.cli.admin import main as admin_main
-from tests.support.standalone import StandaloneProcess
 
 
 def call(sa: StandaloneProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(sa.admin_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        sa.admin_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req) as resp:
             raw = resp.read()
@@ -34,7 +35,10 @@ def test_defaults_exist(standalone: StandaloneProcess) -> None:
 def test_tenant_namespace_topic_lifecycle(standalone: StandaloneProcess) -> None:
     assert call(standalone, "PUT", "/admin/v2/tenants/acme", {"adminRoles": ["a"], "allowedClusters": ["x"]})[0] == 204
     assert call(standalone, "PUT", "/admin/v2/tenants/acme", {})[0] == 409
-    assert call(standalone, "GET", "/admin/v2/tenants/acme")[1] == {"adminRoles": ["a"], "allowedClusters": ["x"]}
+    assert call(standalone, "GET", "/admin/v2/tenants/acme")[1] == {
+        "adminRoles": ["a"],
+        "allowedClusters": ["x"],
+    }
     assert call(standalone, "PUT", "/admin/v2/namespaces/nobody/orders")[0] == 404
     assert call(standalone, "PUT", "/admin/v2/namespaces/acme/orders")[0] == 204
     assert call(standalone, "PUT", "/admin/v2/persistent/acme/orders/created/partitions", 4)[0] == 204
@@ -63,12 +67,22 @@ def test_policies_are_validated_and_reported(standalone: StandaloneProcess) -> N
     call(standalone, "PUT", "/admin/v2/tenants/pol", {})
     assert call(standalone, "PUT", "/admin/v2/namespaces/pol/ns")[0] == 204
     base = "/admin/v2/namespaces/pol/ns"
-    status, body = call(standalone, "POST", base + "/persistence",
-                        {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 3})
+    status, body = call(
+        standalone,
+        "POST",
+        base + "/persistence",
+        {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 3},
+    )
     assert status == 400 and "ack quorum" in body["reason"]
-    assert call(standalone, "POST", base + "/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 1})[0] == 204
-    status, body = call(standalone, "POST", base + "/backlogQuota",
-                        {"limitSize": 10 * 1024 * 1024, "policy": "producer_request_hold"})
+    assert (
+        call(standalone, "POST", base + "/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 1})[0] == 204
+    )
+    status, body = call(
+        standalone,
+        "POST",
+        base + "/backlogQuota",
+        {"limitSize": 10 * 1024 * 1024, "policy": "producer_request_hold"},
+    )
     assert status == 412 and "retention" in body["reason"]
     assert call(standalone, "POST", base + "/messageTTL", 30)[0] == 204
     ns = call(standalone, "GET", base)[1]
@@ -80,8 +94,15 @@ def test_persistence_policy_applies_to_new_topics(standalone: StandaloneProcess)
     """Standalone has one bookie: a namespace asking for 3 replicas cannot take writes, and says so."""
     call(standalone, "PUT", "/admin/v2/tenants/rep", {})
     call(standalone, "PUT", "/admin/v2/namespaces/rep/three")
-    assert call(standalone, "POST", "/admin/v2/namespaces/rep/three/persistence",
-                {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2})[0] == 204
+    assert (
+        call(
+            standalone,
+            "POST",
+            "/admin/v2/namespaces/rep/three/persistence",
+            {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2},
+        )[0]
+        == 204
+    )
     client = magnetar.Client(standalone.service_url)
     try:
         with pytest.raises(magnetar.MagnetarError) as info:
@@ -120,7 +141,10 @@ def test_admin_cli(standalone: StandaloneProcess, capsys: pytest.CaptureFixture[
     assert admin_main([*url, "topics", "create-partitioned-topic", "persistent://cli-t/ns/x", "-p", "2"]) == 0
     capsys.readouterr()
     assert admin_main([*url, "topics", "list", "cli-t/ns"]) == 0
-    assert capsys.readouterr().out.split() == ["persistent://cli-t/ns/x-partition-0", "persistent://cli-t/ns/x-partition-1"]
+    assert capsys.readouterr().out.split() == [
+        "persistent://cli-t/ns/x-partition-0",
+        "persistent://cli-t/ns/x-partition-1",
+    ]
     assert admin_main([*url, "tenants", "create", "cli-t"]) == 1
     assert "already exists" in capsys.readouterr().err
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import msgpack
 import pytest
+from tests.support.standalone import StandaloneProcess
 
 import magnetar
 from magnetar.protocol.framing import FrameDecoder, encode_frame
-from tests.support.standalone import StandaloneProcess
 
 
 def _addr(url: str) -> tuple[str, int]:
@@ -116,8 +116,12 @@ def test_oversized_send_frame_from_raw_client_is_refused_by_broker(standalone: S
     from magnetar.protocol.batch import encode_batch, make_record
 
     payload_size = 5 * 1024 * 1024 + 10
-    meta, payload = encode_batch([make_record(b"y" * payload_size, None, None, 0, 0)], producer_name="raw",
-                                 first_sequence_id=0, batched=False)
+    meta, payload = encode_batch(
+        [make_record(b"y" * payload_size, None, None, 0, 0)],
+        producer_name="raw",
+        first_sequence_id=0,
+        batched=False,
+    )
     with socket.create_connection(_addr(standalone.service_url)) as sock:
         sock.settimeout(15)
         sock.sendall(encode_frame({"t": "connect", "rid": 1}))

@@ -13,9 +13,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from tests.support.standalone import StandaloneProcess
 
 import magnetar
-from tests.support.standalone import StandaloneProcess
 
 TOTAL = 100_000
 KILL_AFTER = 80_000
@@ -29,9 +29,14 @@ def test_kill9_loses_no_acknowledged_message(fresh_standalone: StandaloneProcess
     verify = client.subscribe(topic, "verify")  # cursor exists before the first message
     early = client.subscribe(topic, "early", receiver_queue_size=1000)
     verify.close()
-    producer = client.create_producer(topic, batching_max_messages=1000, batching_max_publish_delay_ms=5,
-                                      max_pending_messages=20_000, block_if_queue_full=True,
-                                      send_timeout_millis=0)
+    producer = client.create_producer(
+        topic,
+        batching_max_messages=1000,
+        batching_max_publish_delay_ms=5,
+        max_pending_messages=20_000,
+        block_if_queue_full=True,
+        send_timeout_millis=0,
+    )
     acked: set[int] = set()
     lock = threading.Lock()
     enough = threading.Event()
@@ -43,6 +48,7 @@ def test_kill9_loses_no_acknowledged_message(fresh_standalone: StandaloneProcess
                     acked.add(i)
                     if len(acked) >= KILL_AFTER:
                         enough.set()
+
         return callback
 
     # The early subscription acknowledges the first 20,000 durably before the kill.

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import magnetar
 from tests.support.standalone import StandaloneProcess
+
+import magnetar
 
 
 def test_issue_example_round_trip(standalone: StandaloneProcess) -> None:
@@ -116,7 +117,7 @@ def test_batched_and_compressed_messages_keep_order_and_content(standalone: Stan
                 msg = consumer.receive(timeout_millis=10000)
                 got.append(msg.data())
                 consumer.acknowledge(msg)
-            assert got[-len(sent):] == sent
+            assert got[-len(sent) :] == sent
             producer.close()
             consumer.close()
     finally:

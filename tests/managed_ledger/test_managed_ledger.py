@@ -6,10 +6,10 @@ import asyncio
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.managed_ledger.conftest import Stack
 
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, Position
 from magnetar.managed_ledger.cursor import from_ranges, to_ranges
-from tests.managed_ledger.conftest import Stack
 
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=10, cursor_flush_delay=0.001)
 

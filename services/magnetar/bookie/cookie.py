@@ -107,8 +107,7 @@ async def verify_cookie(
         )
     if local is None and not data_dir_is_empty(data_dir) and not reprovision:
         raise CookieMismatch(
-            f"data directory {data_dir} holds data but no cookie; refusing to guess its identity; "
-            + REPROVISION_HINT
+            f"data directory {data_dir} holds data but no cookie; refusing to guess its identity; " + REPROVISION_HINT
         )
     if store is None:
         if local is None:

@@ -61,9 +61,7 @@ class BookieMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
-        self.add_bytes = Counter(
-            "magnetar_bookie_add_bytes", "Payload bytes durably added", label, registry=registry
-        )
+        self.add_bytes = Counter("magnetar_bookie_add_bytes", "Payload bytes durably added", label, registry=registry)
         self.batch_size = Histogram(
             "magnetar_bookie_group_commit_batch_size",
             "Operations per group-commit write transaction",
@@ -82,9 +80,7 @@ class BookieMetrics:
         self.read_failures = Counter(
             "magnetar_bookie_read_failures", "Reads that failed", [*label, "code"], registry=registry
         )
-        self.read_bytes = Counter(
-            "magnetar_bookie_read_bytes", "Payload bytes read", label, registry=registry
-        )
+        self.read_bytes = Counter("magnetar_bookie_read_bytes", "Payload bytes read", label, registry=registry)
         self.read_only = Gauge(
             "magnetar_bookie_read_only",
             "1 while the bookie refuses adds (disk usage)",

@@ -34,9 +34,7 @@ class StaticBookieResolver:
 
 
 class MetadataBookieResolver:
-    def __init__(
-        self, store: MetadataStore, *, request_timeout: float = 10.0, connect_timeout: float = 5.0
-    ) -> None:
+    def __init__(self, store: MetadataStore, *, request_timeout: float = 10.0, connect_timeout: float = 5.0) -> None:
         self._store = store
         self._request_timeout = request_timeout
         self._connect_timeout = connect_timeout

@@ -130,9 +130,7 @@ class BookieServer:
         read_only = self._storage.read_only
         if self._store is None or self._registered_read_only == read_only:
             return
-        await register(
-            self._store, self._bookie_id, BookieRegistration(self.advertised_host, self._port, read_only)
-        )
+        await register(self._store, self._bookie_id, BookieRegistration(self.advertised_host, self._port, read_only))
         self._registered_read_only = read_only
 
     async def stop(self) -> None:
@@ -227,9 +225,7 @@ class BookieServer:
             return
         conn.respond(rid, data=result.data, crc=result.crc, lac=result.lac)
 
-    def _read_after_fence(
-        self, conn: _Connection, rid: int, ledger: int, entry: int, fut: asyncio.Future[Any]
-    ) -> None:
+    def _read_after_fence(self, conn: _Connection, rid: int, ledger: int, entry: int, fut: asyncio.Future[Any]) -> None:
         exc = fut.exception()
         if exc is not None:
             conn.fail(rid, exc)

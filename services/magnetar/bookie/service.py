@@ -87,9 +87,7 @@ class BookieService:
         return LocalBookieClient(self.storage, self.bookie_id)
 
     async def start(self) -> None:
-        self.cookie = await verify_cookie(
-            self.data_dir, self.bookie_id, self.store, reprovision=self._reprovision
-        )
+        self.cookie = await verify_cookie(self.data_dir, self.bookie_id, self.store, reprovision=self._reprovision)
         self._storage = await asyncio.to_thread(
             BookieStorage,
             self.data_dir,

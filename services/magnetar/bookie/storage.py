@@ -152,9 +152,7 @@ class BookieStorage:
         """Re-evaluate read-only mode (at most once per ``disk_check_interval`` unless forced)
         and return it. The bookie leaves read-only mode by itself once space is freed."""
         now = time.monotonic()
-        if self._readonly_threshold is None or (
-            not force and now - self._last_disk_check < self._disk_check_interval
-        ):
+        if self._readonly_threshold is None or (not force and now - self._last_disk_check < self._disk_check_interval):
             return self._read_only
         self._last_disk_check = now
         self._read_only = self.disk_usage().fraction >= self._readonly_threshold
@@ -209,9 +207,7 @@ class BookieStorage:
             raise
         return self._submit(_Op("add", ledger, entry, CRC.pack(crc) + bytes(data), lac, recovery))
 
-    async def add(
-        self, ledger: int, entry: int, data: bytes, crc: int, lac: int, recovery: bool = False
-    ) -> None:
+    async def add(self, ledger: int, entry: int, data: bytes, crc: int, lac: int, recovery: bool = False) -> None:
         await self.add_nowait(ledger, entry, data, crc, lac, recovery=recovery)
 
     def fence_nowait(self, ledger: int) -> asyncio.Future[int]:

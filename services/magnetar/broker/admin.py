@@ -164,9 +164,7 @@ class AdminServer:
         return web.json_response(await self.service.resources.list_namespaces(request.match_info["tenant"]))
 
     async def get_namespace(self, request: web.Request) -> web.StreamResponse:
-        doc, _ = await self.service.resources.get_namespace(
-            request.match_info["tenant"], request.match_info["ns"]
-        )
+        doc, _ = await self.service.resources.get_namespace(request.match_info["tenant"], request.match_info["ns"])
         return web.json_response({**doc, "unenforced": unenforced(doc)})
 
     async def create_namespace(self, request: web.Request) -> web.StreamResponse:
@@ -176,9 +174,7 @@ class AdminServer:
         return web.Response(status=204)
 
     async def delete_namespace(self, request: web.Request) -> web.StreamResponse:
-        await self._delete_namespace(
-            request.match_info["tenant"], request.match_info["ns"], force=_force(request)
-        )
+        await self._delete_namespace(request.match_info["tenant"], request.match_info["ns"], force=_force(request))
         return web.Response(status=204)
 
     async def _delete_namespace(self, tenant: str, ns: str, *, force: bool) -> None:
@@ -200,9 +196,7 @@ class AdminServer:
 
     async def get_ns_policy(self, request: web.Request) -> web.StreamResponse:
         field = self._policy_field(request)
-        doc, _ = await self.service.resources.get_namespace(
-            request.match_info["tenant"], request.match_info["ns"]
-        )
+        doc, _ = await self.service.resources.get_namespace(request.match_info["tenant"], request.match_info["ns"])
         return web.json_response(doc.get(field))
 
     async def set_ns_policy(self, request: web.Request) -> web.StreamResponse:
@@ -292,9 +286,7 @@ class AdminServer:
         n = int(record[0].get("partitions", 0)) if record else 0
         for i in range(n):
             part = name.partition(i)
-            if str(part) in self.service.topics or await self.service.store.exists(
-                f"/managed-ledgers/{part.path}"
-            ):
+            if str(part) in self.service.topics or await self.service.store.exists(f"/managed-ledgers/{part.path}"):
                 await self.service.delete_topic(part, force=force)
         if n:
             await res.delete_topic_record(name)

@@ -236,9 +236,7 @@ class ServerConnection(asyncio.Protocol):
             producer = ServerProducer(pid, pname, self.id)
             topic.add_producer(producer)
             self.producers[pid] = (producer, topic)
-            self.write(
-                {"t": c.PRODUCER_SUCCESS, "rid": cmd["rid"], "producer_name": pname, "last_sequence_id": -1}
-            )
+            self.write({"t": c.PRODUCER_SUCCESS, "rid": cmd["rid"], "producer_name": pname, "last_sequence_id": -1})
 
         self._spawn(cmd["rid"], run())
 
@@ -403,9 +401,7 @@ class ServerConnection(asyncio.Protocol):
                 sub.owner.pop(pos, None)
             sub.redeliver.clear()
             target = sub.ml.first_readable(Position(lid, eid))
-            before = (
-                Position(lid, eid - 1) if target is None else Position(target.ledger_id, target.entry_id - 1)
-            )
+            before = Position(lid, eid - 1) if target is None else Position(target.ledger_id, target.entry_id - 1)
             await sub.cursor.reset(before)
             sub.schedule()
             self.write({"t": c.SUCCESS, "rid": cmd["rid"]})

@@ -34,9 +34,7 @@ class ServerConsumer:
     def unacked_messages(self) -> int:
         return sum(self.unacked.values())
 
-    def deliver(
-        self, pos: Position, meta: dict[str, object], payload: bytes, count: int, redeliveries: int
-    ) -> None:
+    def deliver(self, pos: Position, meta: dict[str, object], payload: bytes, count: int, redeliveries: int) -> None:
         self.permits -= count
         self.unacked[pos] = count
         self.msg_out += count

@@ -20,9 +20,7 @@ class BrokerMetrics:
         )
         self.msgs_in = Counter("magnetar_broker_messages_in", "Messages published (durable)", registry=r)
         self.bytes_in = Counter("magnetar_broker_bytes_in", "Payload bytes published (durable)", registry=r)
-        self.msgs_out = Counter(
-            "magnetar_broker_messages_out", "Messages dispatched to consumers", registry=r
-        )
+        self.msgs_out = Counter("magnetar_broker_messages_out", "Messages dispatched to consumers", registry=r)
         self.topics = Gauge("magnetar_broker_topics", "Topics loaded on this broker", registry=r)
         self.storage = Gauge("magnetar_topic_storage_size", "Bytes stored per topic", ["topic"], registry=r)
         self.backlog = Gauge(
@@ -31,12 +29,8 @@ class BrokerMetrics:
             ["topic", "subscription"],
             registry=r,
         )
-        self.rate_in = Gauge(
-            "magnetar_topic_msg_rate_in", "Messages/s published per topic", ["topic"], registry=r
-        )
-        self.rate_out = Gauge(
-            "magnetar_topic_msg_rate_out", "Messages/s dispatched per topic", ["topic"], registry=r
-        )
+        self.rate_in = Gauge("magnetar_topic_msg_rate_in", "Messages/s published per topic", ["topic"], registry=r)
+        self.rate_out = Gauge("magnetar_topic_msg_rate_out", "Messages/s dispatched per topic", ["topic"], registry=r)
 
     def update(self, service: BrokerService) -> None:
         """Refresh the per-topic gauges (called once a second by the broker)."""

@@ -80,9 +80,7 @@ def normalize(field: str, value: Any) -> Any:
         if not isinstance(value, dict):
             raise PolicyError("retention must be an object")
         return {
-            "retentionTimeInMinutes": _int(
-                value.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes", -1
-            ),
+            "retentionTimeInMinutes": _int(value.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes", -1),
             "retentionSizeInMB": _int(value.get("retentionSizeInMB", 0), "retentionSizeInMB", -1),
         }
     if field == "message_ttl_in_seconds":
@@ -94,9 +92,7 @@ def normalize(field: str, value: Any) -> Any:
             raise PolicyError("backlogQuota must be an object")
         policy = value.get("policy", "producer_request_hold")
         if policy not in BACKLOG_POLICIES:
-            raise PolicyError(
-                f"backlog quota policy must be one of {', '.join(BACKLOG_POLICIES)}, got {policy!r}"
-            )
+            raise PolicyError(f"backlog quota policy must be one of {', '.join(BACKLOG_POLICIES)}, got {policy!r}")
         return {
             "destination_storage": {
                 "limitSize": _int(value.get("limitSize", -1), "limitSize", -1),
@@ -152,9 +148,7 @@ class EffectivePolicies:
     max_consumers: int | None
 
     @classmethod
-    def resolve(
-        cls, defaults: tuple[int, int, int], ns: dict[str, Any], topic: dict[str, Any]
-    ) -> EffectivePolicies:
+    def resolve(cls, defaults: tuple[int, int, int], ns: dict[str, Any], topic: dict[str, Any]) -> EffectivePolicies:
         def pick(field: str) -> Any:
             return topic.get(field) if topic.get(field) is not None else ns.get(field)
 

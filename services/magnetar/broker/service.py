@@ -160,12 +160,8 @@ class BrokerService:
             cursor_flush_delay=mlc.cursor_flush_delay,
         )
         ml = await ManagedLedger.open(name.path, self.store, self.ledgers, ml_config)
-        log.info(
-            "loaded topic %s (E/Qw/Qa %s/%s/%s)", name, eff.ensemble_size, eff.write_quorum, eff.ack_quorum
-        )
-        return PersistentTopic(
-            str(name), ml, max_producers=eff.max_producers, max_consumers=eff.max_consumers
-        )
+        log.info("loaded topic %s (E/Qw/Qa %s/%s/%s)", name, eff.ensemble_size, eff.write_quorum, eff.ack_quorum)
+        return PersistentTopic(str(name), ml, max_producers=eff.max_producers, max_consumers=eff.max_consumers)
 
     async def unload_topic(self, key: str) -> None:
         topic = self.topics.pop(key, None)

@@ -81,9 +81,7 @@ class PersistentTopic:
     def remove_producer(self, producer: ServerProducer) -> None:
         self.producers.pop((producer.connection_id, producer.producer_id), None)
 
-    def publish(
-        self, producer: ServerProducer, meta: dict[str, Any], payload: bytes
-    ) -> asyncio.Task[Position]:
+    def publish(self, producer: ServerProducer, meta: dict[str, Any], payload: bytes) -> asyncio.Task[Position]:
         """Store ``[meta, payload]`` as one entry; the task resolves once it is durable."""
         count = int(meta.get("n", 1))
         producer.msg_in += count
@@ -100,9 +98,7 @@ class PersistentTopic:
         if self.max_consumers is not None:
             total = sum(len(s.dispatcher.consumers) for s in self.subscriptions.values())
             if total >= self.max_consumers:
-                raise ProducerBusy(
-                    f"topic {self.name} already has the maximum of {self.max_consumers} consumers"
-                )
+                raise ProducerBusy(f"topic {self.name} already has the maximum of {self.max_consumers} consumers")
         sub = self.subscriptions.get(sub_name)
         if sub is None:
             cursor = await self.ml.open_cursor(sub_name, start_at_earliest=earliest)

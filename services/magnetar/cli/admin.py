@@ -74,9 +74,7 @@ def run(args: argparse.Namespace) -> Any:
         if a == "update":
             return request(url, "POST", f"/admin/v2/tenants/{args.name}", body)
         if a == "delete":
-            return request(
-                url, "DELETE", f"/admin/v2/tenants/{args.name}{'?force=true' if args.force else ''}"
-            )
+            return request(url, "DELETE", f"/admin/v2/tenants/{args.name}{'?force=true' if args.force else ''}")
     if g == "namespaces":
         if a == "list":
             return request(url, "GET", f"/admin/v2/namespaces/{args.name}")

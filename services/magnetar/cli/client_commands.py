@@ -35,10 +35,7 @@ async def _produce(args: argparse.Namespace) -> int:
                 if args.verbose:
                     print(f"sent {msg_id}")
         await producer.close()
-    print(
-        f"{len(receipts) - failed} messages produced to {args.topic}"
-        + (f", {failed} failed" if failed else "")
-    )
+    print(f"{len(receipts) - failed} messages produced to {args.topic}" + (f", {failed} failed" if failed else ""))
     return 0 if failed == 0 else 1
 
 
@@ -85,14 +82,10 @@ def add_client_commands(subparsers: Any) -> None:
     """Register ``produce`` and ``consume`` on the ``magnetar`` command's subparsers."""
     prod = subparsers.add_parser("produce", help="publish messages to a topic")
     prod.add_argument("topic")
-    prod.add_argument(
-        "-m", "--message", required=True, help="message text ('{i}' becomes the message number)"
-    )
+    prod.add_argument("-m", "--message", required=True, help="message text ('{i}' becomes the message number)")
     prod.add_argument("-n", "--num-messages", type=int, default=1)
     prod.add_argument("-k", "--key", help="partition key")
-    prod.add_argument(
-        "-p", "--property", action="append", metavar="K=V", help="message property (repeatable)"
-    )
+    prod.add_argument("-p", "--property", action="append", metavar="K=V", help="message property (repeatable)")
     prod.add_argument("--no-batching", action="store_true")
     prod.add_argument("-v", "--verbose", action="store_true", help="print every message id")
     prod.add_argument("--url", default=aio.DEFAULT_SERVICE_URL, help="service URL (magnetar://host:port)")

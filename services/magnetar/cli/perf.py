@@ -99,8 +99,7 @@ class LatencyHistogram:
 def _fmt_latency(h: LatencyHistogram) -> str:
     s = h.summary()
     return (
-        f"latency ms p50 {s['p50']:.2f} p95 {s['p95']:.2f} p99 {s['p99']:.2f} "
-        f"p999 {s['p999']:.2f} max {s['max']:.2f}"
+        f"latency ms p50 {s['p50']:.2f} p95 {s['p95']:.2f} p99 {s['p99']:.2f} p999 {s['p999']:.2f} max {s['max']:.2f}"
     )
 
 

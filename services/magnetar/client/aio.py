@@ -95,9 +95,7 @@ class Client:
         fut = asyncio.get_running_loop().create_future()
         self._conns[key] = fut
         try:
-            conn = await Connection.open(
-                key, operation_timeout=self._op_timeout, connect_timeout=self._connect_timeout
-            )
+            conn = await Connection.open(key, operation_timeout=self._op_timeout, connect_timeout=self._connect_timeout)
         except asyncio.CancelledError:
             fut.cancel()
             self._conns.pop(key, None)
@@ -258,11 +256,7 @@ class Client:
             if isinstance(r, BaseException):
                 log.debug("error while closing: %r", r)
         self._closed = True
-        conns = [
-            f.result()
-            for f in self._conns.values()
-            if f.done() and not f.cancelled() and f.exception() is None
-        ]
+        conns = [f.result() for f in self._conns.values() if f.done() and not f.cancelled() and f.exception() is None]
         self._conns.clear()
         for conn in conns:
             conn.close()

@@ -37,9 +37,7 @@ class Batch:
 
     __slots__ = ("callbacks", "count", "first_seq", "future", "nbytes", "opened_at", "records")
 
-    def __init__(
-        self, first_seq: int, opened_at: float, future: asyncio.Future[tuple[int, int, int]]
-    ) -> None:
+    def __init__(self, first_seq: int, opened_at: float, future: asyncio.Future[tuple[int, int, int]]) -> None:
         self.records: list[Record] = []
         self.nbytes = 0
         self.count = 0

@@ -237,9 +237,7 @@ class Connection:
         if t == cmds.SEND_ERROR:
             producer = self._producers.get(frame["producer_id"])
             if producer is not None:
-                producer._on_send_error(
-                    frame["seq"], error_from_wire(frame.get("code", ""), frame.get("message", ""))
-                )
+                producer._on_send_error(frame["seq"], error_from_wire(frame.get("code", ""), frame.get("message", "")))
             return
         if t == cmds.PING:
             self.write({"t": cmds.PONG})

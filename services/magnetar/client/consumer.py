@@ -100,18 +100,14 @@ class PartitionConsumer:
         try:
             records = decode_batch(meta, frame["payload"])
         except Exception as exc:  # ChecksumError, or undecodable bytes behind a good CRC
-            log.warning(
-                "dropping entry %s:%s of %s and asking for redelivery: %s", *position, self.topic, exc
-            )
+            log.warning("dropping entry %s:%s of %s and asking for redelivery: %s", *position, self.topic, exc)
             self.negative_acknowledge(position)
             # The broker charged permits for it; the application will never consume it.
             self.return_permits(int(meta.get(META_COUNT, 1)) if isinstance(meta, dict) else 1)
             return
         batched = bool(meta.get(META_BATCHED, True))
         n = len(records)
-        info = EntryInfo(
-            position, n, meta.get(META_PUBLISH_TIME, 0), frame.get("redelivery_count", 0), self, batched
-        )
+        info = EntryInfo(position, n, meta.get(META_PUBLISH_TIME, 0), frame.get("redelivery_count", 0), self, batched)
         if batched:
             info.unacked = self.tracker.track(position, n)
             self._deliver(list(map(Message, records, repeat(info, n), range(n))))

@@ -70,9 +70,7 @@ class ProducerConfig:
     ) -> None:
         compression_type = CompressionType(compression_type)
         if compression_type == CompressionType.SNAPPY:
-            raise Unsupported(
-                "CompressionType.SNAPPY is not supported by the Magnetar client; use LZ4, ZLib or ZSTD"
-            )
+            raise Unsupported("CompressionType.SNAPPY is not supported by the Magnetar client; use LZ4, ZLib or ZSTD")
         if batching_max_messages < 1 or batching_max_allowed_size_in_bytes < 1:
             raise ValueError("batching limits must be positive")
         if max_pending_messages < 1:
@@ -91,9 +89,7 @@ class ProducerConfig:
 class PartitionProducer:
     """Producer on one (non-partitioned, or single partition) topic, over one connection."""
 
-    def __init__(
-        self, conn: Connection, topic: str, partition: int, producer_id: int, config: ProducerConfig
-    ) -> None:
+    def __init__(self, conn: Connection, topic: str, partition: int, producer_id: int, config: ProducerConfig) -> None:
         self._conn = conn
         self.topic = topic
         self.partition = partition
@@ -235,8 +231,7 @@ class PartitionProducer:
             self._complete(
                 batch,
                 MessageTooLarge(
-                    f"batch of {len(payload)} bytes exceeds the broker's max_message_size "
-                    f"of {self._max_message_size}"
+                    f"batch of {len(payload)} bytes exceeds the broker's max_message_size of {self._max_message_size}"
                 ),
             )
             return
@@ -303,9 +298,7 @@ class PartitionProducer:
             batch = inflight.popleft()
             self._complete(batch, Timeout(f"send not acknowledged within {self._cfg.send_timeout_millis} ms"))
         if inflight:
-            self._timeout_handle = self._loop.call_at(
-                inflight[0].opened_at + self._timeout, self._check_timeouts
-            )
+            self._timeout_handle = self._loop.call_at(inflight[0].opened_at + self._timeout, self._check_timeouts)
 
     def _fail_all(self, exc: MagnetarError) -> None:
         if self._batch is not None:
@@ -423,9 +416,7 @@ class Producer:
         callback: SendCallback | None = None,
     ) -> SendReceipt:
         """Queue one message without waiting; raises ``ProducerQueueIsFull`` when there is no room."""
-        return self._pick(partition_key).send_nowait(
-            content, properties, partition_key, event_timestamp, callback
-        )
+        return self._pick(partition_key).send_nowait(content, properties, partition_key, event_timestamp, callback)
 
     async def flush(self) -> None:
         """Send buffered batches now and wait for every pending message's outcome."""

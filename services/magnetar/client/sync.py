@@ -161,9 +161,7 @@ class Producer:
         self._p = producer
         self._max_pending = max_pending
         self._block = block
-        self._queue: deque[tuple[bytes, dict[str, str] | None, str | None, int | None, SendCallback]] = (
-            deque()
-        )
+        self._queue: deque[tuple[bytes, dict[str, str] | None, str | None, int | None, SendCallback]] = deque()
         self._wakeup_pending = False
         self._cond = threading.Condition()
         self._inflight = 0

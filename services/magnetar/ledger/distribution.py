@@ -22,9 +22,7 @@ def contains_slot(entry_id: int, slot: int, ensemble_size: int, write_quorum: in
     return (slot - entry_id) % ensemble_size < write_quorum
 
 
-def covers_ack_quorums(
-    fenced_slots: Collection[int], ensemble_size: int, write_quorum: int, ack_quorum: int
-) -> bool:
+def covers_ack_quorums(fenced_slots: Collection[int], ensemble_size: int, write_quorum: int, ack_quorum: int) -> bool:
     """R17: True when every possible write set has at least ``Qw - Qa + 1`` fenced slots, so no
     write set keeps Qa unfenced bookies and no new entry can reach its ack quorum."""
     needed = write_quorum - ack_quorum + 1

@@ -88,6 +88,4 @@ class LedgerManager:
         )
         for bookie_id, answer in zip(sorted(md.all_bookies()), answers, strict=True):
             if isinstance(answer, BaseException) and not isinstance(answer, NoSuchLedger):
-                log.warning(
-                    "ledger %d: delete on bookie %s failed (left to its GC): %r", ledger_id, bookie_id, answer
-                )
+                log.warning("ledger %d: delete on bookie %s failed (left to its GC): %r", ledger_id, bookie_id, answer)

@@ -70,9 +70,7 @@ async def _enter_recovery(store: MetadataStore, ledger_id: int) -> tuple[LedgerM
 async def _fence(bookies: BookieResolver, ledger_id: int, md: LedgerMetadata) -> int:
     """R17: fence the last ensemble; return the highest LAC among the bookies that answered."""
     ensemble = md.last_ensemble
-    answers = await asyncio.gather(
-        *(bookies.client(b).fence(ledger_id) for b in ensemble), return_exceptions=True
-    )
+    answers = await asyncio.gather(*(bookies.client(b).fence(ledger_id) for b in ensemble), return_exceptions=True)
     fenced = {slot: lac for slot, lac in enumerate(answers) if isinstance(lac, int)}
     if not covers_ack_quorums(fenced, md.ensemble_size, md.write_quorum, md.ack_quorum):
         errors = [a for a in answers if isinstance(a, BaseException)]
@@ -83,9 +81,7 @@ async def _fence(bookies: BookieResolver, ledger_id: int, md: LedgerMetadata) ->
     return max(fenced.values())
 
 
-async def _read_forward(
-    bookies: BookieResolver, ledger_id: int, md: LedgerMetadata, max_lac: int
-) -> tuple[int, int]:
+async def _read_forward(bookies: BookieResolver, ledger_id: int, md: LedgerMetadata, max_lac: int) -> tuple[int, int]:
     """R18 + R19: the last entry of the ledger, and the bytes of the entries after ``max_lac``."""
     entry_id = max_lac + 1
     tail_bytes = 0
@@ -100,17 +96,13 @@ async def _read_forward(
 
 def _write_set_clients(bookies: BookieResolver, md: LedgerMetadata, entry_id: int) -> list[BookieClient]:
     fragment = md.fragment_for(entry_id)
-    return [
-        bookies.client(fragment.bookies[s]) for s in write_set(entry_id, md.ensemble_size, md.write_quorum)
-    ]
+    return [bookies.client(fragment.bookies[s]) for s in write_set(entry_id, md.ensemble_size, md.write_quorum)]
 
 
 async def _probe(bookies: BookieResolver, ledger_id: int, md: LedgerMetadata, entry_id: int) -> bytes | None:
     """R18: the entry's data if present, None if provably missing; raises if undecidable."""
     clients = _write_set_clients(bookies, md, entry_id)
-    answers = await asyncio.gather(
-        *(c.read_entry(ledger_id, entry_id) for c in clients), return_exceptions=True
-    )
+    answers = await asyncio.gather(*(c.read_entry(ledger_id, entry_id) for c in clients), return_exceptions=True)
     absent = 0
     for answer in answers:
         if isinstance(answer, ReadResult):
@@ -126,9 +118,7 @@ async def _probe(bookies: BookieResolver, ledger_id: int, md: LedgerMetadata, en
     )
 
 
-async def _readd(
-    bookies: BookieResolver, ledger_id: int, md: LedgerMetadata, entry_id: int, data: bytes
-) -> None:
+async def _readd(bookies: BookieResolver, ledger_id: int, md: LedgerMetadata, entry_id: int, data: bytes) -> None:
     """R19: copy a recovered entry to its whole write set; Qa confirmations are required."""
     crc = crc32c(data)
     clients = _write_set_clients(bookies, md, entry_id)

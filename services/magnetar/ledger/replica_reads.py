@@ -46,9 +46,7 @@ async def read_entries(
     out: list[bytes] = []
     for start in range(first, last + 1, READ_CONCURRENCY):
         stop = min(last, start + READ_CONCURRENCY - 1)
-        out.extend(
-            await asyncio.gather(*(read_entry(resolver, ledger_id, md, e) for e in range(start, stop + 1)))
-        )
+        out.extend(await asyncio.gather(*(read_entry(resolver, ledger_id, md, e) for e in range(start, stop + 1))))
     return out
 
 

@@ -194,9 +194,7 @@ class WriteHandle:
             return
         except Exception as exc:  # anything else: treat the bookie as dead (R12)
             if not pending.finished and self._error is None:
-                log.info(
-                    "ledger %d: add of %d to %s failed: %r", self._ledger_id, pending.entry_id, bookie_id, exc
-                )
+                log.info("ledger %d: add of %d to %s failed: %r", self._ledger_id, pending.entry_id, bookie_id, exc)
                 self._bookie_failed(slot, bookie_id)
             return
         # A confirmation from a bookie that has since been replaced at this slot does not count:

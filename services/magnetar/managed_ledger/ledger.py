@@ -44,9 +44,7 @@ class LedgerInfo:
 class ManagedLedger:
     """The log of one topic. Create with ``await ManagedLedger.open(...)``."""
 
-    def __init__(
-        self, name: str, store: MetadataStore, ledgers: LedgerManager, config: ManagedLedgerConfig
-    ) -> None:
+    def __init__(self, name: str, store: MetadataStore, ledgers: LedgerManager, config: ManagedLedgerConfig) -> None:
         self.name = name
         self._store = store
         self._ledgers = ledgers
@@ -62,6 +60,7 @@ class ManagedLedger:
         self._drained: asyncio.Event = asyncio.Event()
         self._drained.set()
         self._rolling: asyncio.Future[None] | None = None
+        self._rollover_task: asyncio.Task[None] | None = None
         self._read_handles: dict[int, ReadHandle] = {}
         self._cache: OrderedDict[Position, bytes] = OrderedDict()
         self._cache_bytes = 0
@@ -81,11 +80,7 @@ class ManagedLedger:
 
     def _meta_doc(self) -> bytes:
         return json.dumps(
-            {
-                "ledgers": [
-                    {"id": i.ledger_id, "entries": i.entries, "size": i.size} for i in self._infos.values()
-                ]
-            }
+            {"ledgers": [{"id": i.ledger_id, "entries": i.entries, "size": i.size} for i in self._infos.values()]}
         ).encode()
 
     async def _write_meta(self) -> None:
@@ -200,7 +195,7 @@ class ManagedLedger:
     def _start_rollover(self) -> None:
         loop = asyncio.get_running_loop()
         self._rolling = loop.create_future()
-        loop.create_task(self._rollover())
+        self._rollover_task = loop.create_task(self._rollover())
 
     async def _rollover(self) -> None:
         rolling = self._rolling

@@ -78,9 +78,7 @@ class LmdbMetadataStore:
             raise RuntimeError(
                 f"metadata store {self._dir} is already open (the embedded store serves one process)"
             ) from None
-        self._env = lmdb.open(
-            str(self._dir), map_size=map_size, max_dbs=3, sync=True, metasync=True, subdir=True
-        )
+        self._env = lmdb.open(str(self._dir), map_size=map_size, max_dbs=3, sync=True, metasync=True, subdir=True)
         self._kv = self._env.open_db(b"kv")
         self._eph = self._env.open_db(b"ephemeral")
         self._meta = self._env.open_db(b"meta")
@@ -91,9 +89,7 @@ class LmdbMetadataStore:
         self._delete_ephemerals()  # left by a session that died without close()
 
     @classmethod
-    async def open(
-        cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE
-    ) -> LmdbMetadataStore:
+    async def open(cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) -> LmdbMetadataStore:
         return await asyncio.to_thread(cls, path, map_size=map_size)
 
     # --- helpers run on the writer thread

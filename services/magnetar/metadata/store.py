@@ -70,8 +70,7 @@ class MetadataStore(Protocol):
         """Sorted names of the direct children of ``path`` (derived from the keys below it)."""
         ...
 
-    async def exists(self, path: str) -> bool:
-        ...
+    async def exists(self, path: str) -> bool: ...
 
     def watch(self, prefix: str, callback: Watcher) -> Callable[[], None]:
         """Call ``callback`` (on the event loop) after each put/delete at or under ``prefix``,

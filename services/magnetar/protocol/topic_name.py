@@ -78,9 +78,7 @@ class TopicName:
         return TopicName(self.domain, self.tenant, self.namespace, m.group("base"))
 
     def partition(self, index: int) -> TopicName:
-        return TopicName(
-            self.domain, self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}"
-        )
+        return TopicName(self.domain, self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}")
 
     @property
     def path(self) -> str:
