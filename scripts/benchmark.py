@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Standalone benchmark: the machine's raw ceilings next to Magnetar's figures, as medians.
+
+Measures, each over --runs runs:
+  1. raw durable LMDB commits/s (one small put + fsync per transaction);
+  2. a plain asyncio loopback frame rate (100-byte msgpack frames, one producer, one decoder);
+  3. ``magnetar perf produce`` and ``magnetar perf consume`` at the same time, as separate
+     processes, against a fresh ``magnetar standalone`` (100-byte messages, batching on);
+  4. publish latency at a fixed 50,000 msg/s (batching delay 1 ms, as pulsar-perf uses);
+  5. with --backlog N: the standalone's RSS while N messages sit unconsumed, then the rate at
+     which a consumer drains them from the bookie.
+
+Usage: scripts/benchmark.py [--runs 3] [--seconds 10] [--backlog 10000000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from magnetar.protocol.framing import FrameDecoder, encode_frames
+
+
+def raw_lmdb_commits(seconds: float) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        env = lmdb.open(d, map_size=1 << 30, sync=True, metasync=True)
+        n = 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            with env.begin(write=True) as txn:
+                txn.put(n.to_bytes(8, "big"), b"x" * 100)
+            n += 1
+        rate = n / (time.perf_counter() - start)
+        env.close()
+        return rate
+
+
+async def _loopback(seconds: float) -> float:
+    count = 0
+    done = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal count
+        dec = FrameDecoder()
+        while data := await reader.read(1 << 20):
+            count += len(dec.feed(data))
+        done.set()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    chunk = encode_frames([{"t": "send", "payload": b"x" * 100}] * 1000)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        writer.write(chunk)
+        await writer.drain()
+    writer.close()
+    await done.wait()
+    elapsed = time.perf_counter() - start
+    server.close()
+    return count / elapsed
+
+
+class Standalone:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> Standalone:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", "standalone", "--data-dir",
+             str(self.data_dir), "--port", "0", "--web-port", "0", "--bookie-port", "0"],
+            stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            m = re.search(r"service (\S+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+        return self
+
+    def rss_mib(self) -> float:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def __exit__(self, *_: object) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(60)
+
+
+def perf(*args: str) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", "perf", *args,
+                        "--json", out.name], check=True, stdout=subprocess.DEVNULL)
+        result: dict[str, Any] = json.loads(Path(out.name).read_text())
+        return result
+
+
+def pub_sub_run(url: str, topic: str, n: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as cout:
+        consumer = subprocess.Popen(
+            [sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", "perf", "consume", topic,
+             "--url", url, "--subscription", "bench", "-n", str(n), "--json", cout.name],
+            stdout=subprocess.DEVNULL)
+        time.sleep(2)  # let the subscription exist before the first message (a benchmark, not a test)
+        produced = perf("produce", topic, "--url", url, "-n", str(n), "--size", "100")
+        consumer.wait(600)
+        return produced, json.loads(Path(cout.name).read_text())
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3.0, help="duration of each raw measurement")
+    ap.add_argument("--messages", type=int, default=3_000_000, help="messages per pub/sub run")
+    ap.add_argument("--backlog", type=int, default=0, help="messages for the backlog/memory run (0: skip)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    res: dict[str, Any] = {"runs": args.runs}
+
+    lm = [raw_lmdb_commits(args.seconds) for _ in range(args.runs)]
+    lb = [asyncio.run(_loopback(args.seconds)) for _ in range(args.runs)]
+    res["raw_lmdb_durable_commits_per_s"] = {"median": median(lm), "all": lm}
+    res["raw_asyncio_loopback_frames_per_s"] = {"median": median(lb), "all": lb}
+    print(f"raw LMDB durable commits/s: median {median(lm):,.0f}  {[round(x) for x in lm]}")
+    print(f"raw asyncio loopback frames/s: median {median(lb):,.0f}  {[round(x) for x in lb]}")
+
+    pubs, subs, p99s, lat_p99, lat_p50 = [], [], [], [], []
+    for run in range(args.runs):
+        with tempfile.TemporaryDirectory() as d, Standalone(Path(d)) as sa:
+            produced, consumed = pub_sub_run(sa.url, f"bench-{run}", args.messages)
+            pubs.append(produced["msg_per_s"])
+            subs.append(consumed["msg_per_s"])
+            p99s.append(produced["latency_ms"]["p99"])
+            lat = perf("produce", f"lat-{run}", "--url", sa.url, "--rate", "50000", "--time", "10",
+                       "--size", "100", "--batch-delay-ms", "1")
+            lat_p99.append(lat["latency_ms"]["p99"])
+            lat_p50.append(lat["latency_ms"]["p50"])
+        print(f"run {run}: publish {pubs[-1]:,.0f} msg/s (p99 {p99s[-1]} ms), consume {subs[-1]:,.0f} msg/s; "
+              f"at 50k msg/s p50 {lat_p50[-1]} ms p99 {lat_p99[-1]} ms")
+    res["publish_msg_per_s"] = {"median": median(pubs), "all": pubs}
+    res["consume_msg_per_s"] = {"median": median(subs), "all": subs}
+    res["latency_at_50k"] = {"p50_median": median(lat_p50), "p99_median": median(lat_p99), "p99_all": lat_p99}
+    print(f"MEDIAN publish {median(pubs):,.0f} msg/s, consume {median(subs):,.0f} msg/s, "
+          f"p99 at 50k msg/s {median(lat_p99)} ms")
+
+    if args.backlog:
+        with tempfile.TemporaryDirectory() as d, Standalone(Path(d)) as sa:
+            subprocess.run([sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", "perf", "consume",
+                            "backlog", "--url", sa.url, "--subscription", "idle", "--time", "1"],
+                           check=True, stdout=subprocess.DEVNULL)
+            produced = perf("produce", "backlog", "--url", sa.url, "-n", str(args.backlog), "--size", "100")
+            rss_full = sa.rss_mib()
+            disk = sum(f.stat().st_size for f in Path(d).rglob("*") if f.is_file()) / 2**20
+            drained = perf("consume", "backlog", "--url", sa.url, "--subscription", "idle", "-n", str(args.backlog),
+                           "--initial-position", "Earliest")
+            rss_after = sa.rss_mib()
+        res["backlog"] = {"messages": args.backlog, "publish_msg_per_s": produced["msg_per_s"],
+                          "rss_mib_with_backlog": rss_full, "disk_mib": disk,
+                          "drain_msg_per_s": drained["msg_per_s"], "rss_mib_after_drain": rss_after}
+        print(f"backlog {args.backlog:,}: broker RSS {rss_full:.0f} MiB with it on disk ({disk:.0f} MiB); "
+              f"drained at {drained['msg_per_s']:,.0f} msg/s; RSS after drain {rss_after:.0f} MiB")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
