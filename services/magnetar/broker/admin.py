@@ -1,5 +1,8 @@
 """The admin REST API (aiohttp), on Pulsar's ``/admin/v2/...`` paths, plus health and metrics.
 
+In a cluster, operations on one topic run on the broker that owns it: any other broker forwards
+the request there (``_forward``), so the admin API can be reached through any broker.
+
 Errors follow Pulsar: a JSON body ``{"reason": "..."}`` with 400 for invalid input, 404 for a
 missing tenant/namespace/topic, 409 for "already exists" or "still in use", 412 for a
 precondition (partitions decreased, backlog quota above retention).
@@ -12,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -131,8 +135,7 @@ class AdminServer:
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         body = generate_latest(self.service.metrics.registry)
-        extra = getattr(self.service, "extra_registries", [])
-        for reg in extra:
+        for reg in self.service.extra_registries:
             body += generate_latest(reg)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -213,6 +216,39 @@ class AdminServer:
         )
         return web.Response(status=204)
 
+    # ------------------------------------------------------------------ forwarding
+    async def _call_owner(self, name: TopicName, method: str, path: str, body: bytes = b"") -> web.Response | None:
+        """Run ``method path`` on the owner of ``name`` if that is another broker, else None."""
+        url = await self.service.owner_web_url(name)
+        if url is None:
+            return None
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                method, url + path, data=body or None, headers={"Content-Type": "application/json"}
+            ) as resp,
+        ):
+            payload = await resp.read()
+            return web.Response(status=resp.status, body=payload, content_type="application/json")
+
+    async def _forward(self, request: web.Request, name: TopicName) -> web.Response | None:
+        return await self._call_owner(name, request.method, request.path_qs, await request.read())
+
+    @staticmethod
+    def _raise_for(resp: web.Response) -> None:
+        if resp.status >= 400:
+            text = resp.body.decode() if isinstance(resp.body, bytes) else ""
+            try:
+                reason = json.loads(text).get("reason", text)
+            except ValueError:
+                reason = text
+            exc = MagnetarError(reason)
+            if resp.status == 404:
+                exc = NotFound(reason)
+            elif resp.status == 409:
+                exc = Conflict(reason)
+            raise exc
+
     # ------------------------------------------------------------------ topics
     def _topic(self, request: web.Request) -> TopicName:
         m = request.match_info
@@ -269,6 +305,9 @@ class AdminServer:
         record = await self.service.resources.get_topic(name)
         if record and int(record[0].get("partitions", 0)) > 0:
             raise Conflict(f"{name} is a partitioned topic: delete it with DELETE .../partitions")
+        forwarded = await self._forward(request, name)
+        if forwarded is not None:
+            return forwarded
         await self.service.delete_topic(name, force=_force(request))
         return web.Response(status=204)
 
@@ -287,9 +326,21 @@ class AdminServer:
         for i in range(n):
             part = name.partition(i)
             if str(part) in self.service.topics or await self.service.store.exists(f"/managed-ledgers/{part.path}"):
-                await self.service.delete_topic(part, force=force)
+                remote = await self._call_owner(
+                    part, "DELETE", f"/admin/v2/persistent/{part.path}{'?force=true' if force else ''}"
+                )
+                if remote is not None:
+                    self._raise_for(remote)
+                else:
+                    await self.service.delete_topic(part, force=force)
         if n:
             await res.delete_topic_record(name)
+            return
+        remote = await self._call_owner(
+            name, "DELETE", f"/admin/v2/persistent/{name.path}{'?force=true' if force else ''}"
+        )
+        if remote is not None:
+            self._raise_for(remote)
         else:
             await self.service.delete_topic(name, force=force)
 
@@ -297,6 +348,9 @@ class AdminServer:
         name = self._topic(request)
         if not await self.service.resources.topic_exists(name):
             raise TopicNotFound(f"topic {name} does not exist")
+        forwarded = await self._forward(request, name)
+        if forwarded is not None:
+            return forwarded
         topic = await self.service.get_topic(name, create=False)
         return web.json_response(topic.stats())
 
@@ -316,7 +370,14 @@ class AdminServer:
             "storageSize": 0,
         }
         for i in range(n):
-            stats = (await self.service.get_topic(name.partition(i), create=False)).stats()
+            part = name.partition(i)
+            remote = await self._call_owner(part, "GET", f"/admin/v2/persistent/{part.path}/stats")
+            if remote is not None:
+                self._raise_for(remote)
+                assert isinstance(remote.body, bytes)
+                stats = json.loads(remote.body)
+            else:
+                stats = (await self.service.get_topic(part, create=False)).stats()
             parts[str(name.partition(i))] = stats
             for k in totals:
                 totals[k] += stats[k]

@@ -104,6 +104,13 @@ class ServerConnection(asyncio.Protocol):
             self._flush()
             self.transport.close()
 
+    def abort(self) -> None:
+        """Drop the connection without flushing: used when this broker must stop answering now."""
+        self._out = []
+        if self.transport is not None:
+            self.transport.abort()
+        self._closed = True
+
     def write(self, frame: dict[str, Any]) -> None:
         if self._closed:
             return
@@ -203,15 +210,13 @@ class ServerConnection(asyncio.Protocol):
         )
 
     def _lookup(self, cmd: dict[str, Any]) -> None:
-        TopicName.parse(cmd["topic"])
-        self.write(
-            {
-                "t": c.LOOKUP_RESPONSE,
-                "rid": cmd["rid"],
-                "broker_url": self.service.broker_url,
-                "redirect": False,
-            }
-        )
+        name = TopicName.parse(cmd["topic"])
+
+        async def run() -> None:
+            url, redirect = await self.service.lookup(name)
+            self.write({"t": c.LOOKUP_RESPONSE, "rid": cmd["rid"], "broker_url": url, "redirect": redirect})
+
+        self._spawn(cmd["rid"], run())
 
     def _partitioned_metadata(self, cmd: dict[str, Any]) -> None:
         name = TopicName.parse(cmd["topic"])

@@ -162,3 +162,16 @@ class Resources:
             await self.store.delete(self._topic_path(topic))
         except NotFound:
             pass
+
+
+async def ensure_default_namespace(res: Resources, cluster: str) -> None:
+    """Create tenant ``public`` and namespace ``public/default`` if missing, as Pulsar's
+    standalone and cluster initialisation do; racing brokers are fine (create-only writes)."""
+    try:
+        await res.create_tenant("public", {"adminRoles": [], "allowedClusters": [cluster]})
+    except AlreadyExists:
+        pass
+    try:
+        await res.create_namespace("public", "default", None)
+    except AlreadyExists:
+        pass

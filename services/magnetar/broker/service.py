@@ -3,6 +3,13 @@
 Topics are loaded on first use (a producer, a consumer or an admin call) and stay loaded until
 unloaded or the broker stops; concurrent first uses share one load. A topic is auto-created as a
 non-partitioned topic when its namespace exists, as Pulsar does with allowAutoTopicCreation.
+
+In a cluster (``ownership`` given) a topic is served only by the broker that owns its bundle. Stop
+is a graceful unload: the broker leaves the live set, tells its clients to look their topics up
+again, closes every managed ledger (so the next owner needs no recovery) and only then releases
+its bundles. Losing the metadata session (lease expired, e.g. after a long pause) is fatal, as
+with Pulsar's default ``shutdown`` policy: another broker may already own the bundles, so this
+one drops every connection at once and exits without writing anything more.
 """
 
 from __future__ import annotations
@@ -14,13 +21,20 @@ from typing import Any
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.metrics import BrokerMetrics
+from magnetar.broker.ownership import BrokerInfo, Ownership
 from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.resources import Resources
 from magnetar.broker.topic import PersistentTopic
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig
 from magnetar.metadata.store import MetadataStore
-from magnetar.protocol.errors import AlreadyExists, InvalidTopicName, NotFound, TopicNotFound
+from magnetar.protocol.errors import (
+    AlreadyExists,
+    InvalidTopicName,
+    NotFound,
+    ServiceNotReady,
+    TopicNotFound,
+)
 from magnetar.protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -33,6 +47,9 @@ class BrokerService:
         store: MetadataStore,
         ledgers: LedgerManager,
         metrics: BrokerMetrics | None = None,
+        *,
+        clustered: bool = False,
+        bundles: int = 4,
     ) -> None:
         self.config = config
         self.store = store
@@ -46,6 +63,15 @@ class BrokerService:
         self._ticker: asyncio.Task[None] | None = None
         self.connections: set[Any] = set()
         self.ready = False
+        self.closing = False
+        self.clustered = clustered
+        self.bundles = bundles
+        self.ownership: Ownership | None = None
+        self.extra_registries: list[Any] = []
+        self._session_task: asyncio.Task[None] | None = None
+        self._unwatch: Any = None
+        # Called when the metadata session is lost; the CLI makes it exit the process.
+        self.on_fatal: Any = None
 
     # ------------------------------------------------------------------ addresses
     @property
@@ -78,8 +104,79 @@ class BrokerService:
         )
         self._web = AdminServer(self)
         await self._web.start(self.config.host, self.config.web_port)
+        if self.clustered:
+            me = BrokerInfo(f"{self.config.advertised_host}:{self.port}", self.broker_url, self.web_url)
+            self.ownership = Ownership(self.store, me, bundles=self.bundles)
+            await self.ownership.register()
+            self._unwatch = self.store.watch("/ownership", self._ownership_changed)
+            lost = getattr(self.store, "session_lost", None)
+            if isinstance(lost, asyncio.Event):
+                self._session_task = loop.create_task(self._watch_session(lost))
         self._ticker = loop.create_task(self._tick())
         self.ready = True
+
+    @property
+    def broker_id(self) -> str:
+        return self.ownership.me.broker_id if self.ownership else "standalone"
+
+    async def _watch_session(self, lost: asyncio.Event) -> None:
+        await lost.wait()
+        log.error("metadata session lost: another broker may own our bundles; dropping everything")
+        self.ready = False
+        self.closing = True
+        for conn in list(self.connections):
+            conn.abort()
+        self.topics.clear()
+        if self.on_fatal is not None:
+            self.on_fatal()
+
+    def _ownership_changed(self, note: Any) -> None:
+        """Our ownership key vanished (session trouble or an operator): stop serving that bundle."""
+        own = self.ownership
+        if own is None or note.kind != "delete" or note.path not in own.owned:
+            return
+        own.owned.discard(note.path)
+        for key in [k for k in self.topics if own.bundle_path(TopicName.parse(k)) == note.path]:
+            log.warning("lost ownership of %s: unloading %s", note.path, key)
+            asyncio.get_running_loop().create_task(self.unload_topic(key))
+
+    # ------------------------------------------------------------------ lookup and ownership
+    async def lookup(self, name: TopicName) -> tuple[str, bool]:
+        """(broker_url, redirect) for a client's lookup (WIRE.md, ownership section)."""
+        own = self.ownership
+        if own is None:
+            if self.closing:
+                raise ServiceNotReady("broker is shutting down")
+            return self.broker_url, False
+        if self.closing:
+            current = await own.owner(name)
+            if current is not None and current.broker_id != own.me.broker_id:
+                return current.broker_url, False
+            others = [b for b in await own.live_brokers() if b.broker_id != own.me.broker_id]
+            if not others:
+                raise ServiceNotReady("broker is shutting down and no other broker is available")
+            return others[0].broker_url, True
+        info, redirect = await own.lookup(name)
+        return info.broker_url, redirect
+
+    async def ensure_owned(self, name: TopicName) -> None:
+        """Raise ServiceNotReady unless this broker owns (or could just take) the topic's bundle."""
+        if self.closing:
+            raise ServiceNotReady("broker is shutting down")
+        own = self.ownership
+        if own is None:
+            return
+        owner = await own.acquire(name)
+        if owner.broker_id != own.me.broker_id:
+            raise ServiceNotReady(f"topic {name} is served by {owner.broker_url}")
+
+    async def owner_web_url(self, name: TopicName) -> str | None:
+        """The admin URL of the broker that owns ``name`` when it is another broker, else None."""
+        own = self.ownership
+        if own is None:
+            return None
+        owner = await own.acquire(name)
+        return None if owner.broker_id == own.me.broker_id else owner.web_url
 
     async def _tick(self) -> None:
         while True:
@@ -89,22 +186,33 @@ class BrokerService:
             self.metrics.update(self)
 
     async def stop(self) -> None:
-        """Stop accepting, close client connections, then close topics so ledgers are sealed."""
+        """Graceful unload: leave the live set, hand topics over, seal ledgers, release bundles."""
         self.ready = False
+        self.closing = True
         if self._ticker is not None:
             self._ticker.cancel()
+        if self._session_task is not None:
+            self._session_task.cancel()
+        if self.ownership is not None:
+            await self.ownership.unregister()
+        for name in list(self.topics):
+            await self.unload_topic(name)
+        if self.ownership is not None:
+            await self.ownership.release_all()
+        if self._unwatch is not None:
+            self._unwatch()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
             conn.close()
-        for name in list(self.topics):
-            await self.unload_topic(name)
         if self._web is not None:
             await self._web.stop()
 
     # ------------------------------------------------------------------ topics
     async def get_topic(self, name: TopicName, *, create: bool = True) -> PersistentTopic:
         key = str(name)
+        if self.closing:
+            raise ServiceNotReady("broker is shutting down")
         topic = self.topics.get(key)
         if topic is not None:
             return topic
@@ -126,6 +234,7 @@ class BrokerService:
             self._loading.pop(key, None)
 
     async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
+        await self.ensure_owned(name)
         ns_policies, _ = await self.resources.get_namespace(name.tenant, name.namespace)
         record = await self.resources.get_topic(name)
         if record is not None and int(record[0].get("partitions", 0)) > 0:

@@ -20,10 +20,10 @@ from magnetar.bookie.resolver import StaticBookieResolver
 from magnetar.bookie.service import BookieService
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.metrics import BrokerMetrics
+from magnetar.broker.resources import ensure_default_namespace
 from magnetar.broker.service import BrokerService
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.lmdb_store import LmdbMetadataStore
-from magnetar.protocol.errors import AlreadyExists
 
 log = logging.getLogger(__name__)
 
@@ -63,21 +63,13 @@ class Standalone:
         )
         ledgers = LedgerManager(self.store, resolver)
         self.broker = BrokerService(self.config.broker, self.store, ledgers, BrokerMetrics())
-        self.broker.extra_registries = [bookie_registry]  # type: ignore[attr-defined]
+        self.broker.extra_registries = [bookie_registry]
         await self._ensure_defaults()
         await self.broker.start()
 
     async def _ensure_defaults(self) -> None:
         assert self.broker is not None
-        res = self.broker.resources
-        try:
-            await res.create_tenant("public", {"adminRoles": [], "allowedClusters": ["standalone"]})
-        except AlreadyExists:
-            pass
-        try:
-            await res.create_namespace("public", "default", None)
-        except AlreadyExists:
-            pass
+        await ensure_default_namespace(self.broker.resources, "standalone")
 
     async def stop(self) -> None:
         if self.broker is not None:

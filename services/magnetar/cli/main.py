@@ -52,21 +52,84 @@ def cmd_standalone(args: argparse.Namespace) -> int:
 
 def cmd_bookie(args: argparse.Namespace) -> int:
     from magnetar.bookie.service import BookieService
+    from magnetar.metadata.store import MetadataStore
 
-    svc = BookieService(
-        Path(args.data_dir),
-        host=args.host,
-        port=args.port,
-        bookie_id=args.bookie_id,
-        store=None,
-        readonly_threshold=args.readonly_threshold,
-        reprovision=args.reprovision,
-    )
+    state: dict[str, object] = {}
+
+    async def start() -> None:
+        store: MetadataStore | None = None
+        if args.metadata_url:
+            from magnetar.metadata.url import open_metadata_store
+
+            store = await open_metadata_store(args.metadata_url)
+        svc = BookieService(
+            Path(args.data_dir),
+            host=args.host,
+            port=args.port,
+            bookie_id=args.bookie_id,
+            store=store,
+            readonly_threshold=args.readonly_threshold,
+            reprovision=args.reprovision,
+        )
+        state.update(store=store, svc=svc)
+        await svc.start()
+
+    async def stop() -> None:
+        svc = state.get("svc")
+        if isinstance(svc, BookieService):
+            await svc.stop()
+        store = state.get("store")
+        if store is not None:
+            await store.close()  # type: ignore[attr-defined]
 
     def banner() -> str:
+        svc = state["svc"]
+        assert isinstance(svc, BookieService)
         return f"magnetar bookie {args.bookie_id} ready on {args.host}:{svc.port} data {args.data_dir}"
 
-    return _run_until_signal(svc.start, svc.stop, banner)
+    return _run_until_signal(start, stop, banner)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.node import BrokerNode
+
+    config = BrokerConfig(
+        host=args.host,
+        port=args.port,
+        web_port=args.web_port,
+        advertised_address=args.advertised_address,
+        default_ensemble_size=args.ensemble_size,
+        default_write_quorum=args.write_quorum,
+        default_ack_quorum=args.ack_quorum,
+    )
+    node = BrokerNode(args.metadata_url, config, bundles=args.bundles, cluster=args.cluster)
+
+    async def start() -> None:
+        await node.start()
+        assert node.broker is not None
+
+        def fatal() -> None:
+            # Pulsar's default policy on metadata-session expiry: shut down at once, write nothing.
+            print("magnetar broker: metadata session lost, exiting", file=sys.stderr, flush=True)
+            os._exit(3)
+
+        node.broker.on_fatal = fatal
+
+    def banner() -> str:
+        assert node.broker is not None
+        return (
+            f"magnetar broker ready: service {node.broker.broker_url} admin {node.broker.web_url} "
+            f"id {node.broker.broker_id}"
+        )
+
+    return _run_until_signal(start, node.stop, banner)
+
+
+def cmd_local_cluster(args: argparse.Namespace) -> int:
+    from magnetar.cli.local_cluster import run_local_cluster
+
+    return run_local_cluster(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,12 +152,39 @@ def build_parser() -> argparse.ArgumentParser:
     bk.add_argument("--port", type=int, default=3181)
     bk.add_argument("--bookie-id", default=None)
     bk.add_argument("--readonly-threshold", type=float, default=0.95)
+    bk.add_argument("--metadata-url", default=None, help="etcd://host:port — register in a cluster")
     bk.add_argument(
         "--reprovision",
         action="store_true",
         help="accept a wiped data directory and register a new identity cookie",
     )
     bk.set_defaults(func=cmd_bookie)
+
+    br = sub.add_parser("broker", help="run one cluster broker (needs etcd and bookies)")
+    br.add_argument("--metadata-url", required=True, help="etcd://host:port[,host:port]")
+    br.add_argument("--host", default="127.0.0.1")
+    br.add_argument("--advertised-address", default=None)
+    br.add_argument("--port", type=int, default=6650)
+    br.add_argument("--web-port", type=int, default=8080)
+    br.add_argument("--ensemble-size", type=int, default=3)
+    br.add_argument("--write-quorum", type=int, default=3)
+    br.add_argument("--ack-quorum", type=int, default=2)
+    br.add_argument("--bundles", type=int, default=4, help="bundles per namespace")
+    br.add_argument("--cluster", default="local")
+    br.set_defaults(func=cmd_broker)
+
+    lc = sub.add_parser("local-cluster", help="etcd + N bookies + M brokers as child processes on loopback")
+    lc.add_argument("--bookies", type=int, default=3)
+    lc.add_argument("--brokers", type=int, default=2)
+    lc.add_argument("--data-dir", required=True)
+    lc.add_argument("--etcd-port", type=int, default=2379)
+    lc.add_argument("--bookie-port", type=int, default=3181, help="first bookie port (then +1 each)")
+    lc.add_argument("--broker-port", type=int, default=6650, help="first broker port (then +1 each)")
+    lc.add_argument("--web-port", type=int, default=8080, help="first broker admin port (then +1 each)")
+    lc.add_argument("--ensemble-size", type=int, default=3)
+    lc.add_argument("--write-quorum", type=int, default=3)
+    lc.add_argument("--ack-quorum", type=int, default=2)
+    lc.set_defaults(func=cmd_local_cluster)
 
     try:
         from magnetar.cli.client_commands import add_client_commands

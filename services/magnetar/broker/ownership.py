@@ -1,0 +1,144 @@
+"""Namespace bundles and their ownership by brokers, through ephemeral keys in the metadata store.
+
+A namespace is split into ``bundles`` hash ranges of the 32-bit CRC32C of the topic name (Pulsar
+uses Murmur3 and 4 bundles by default). A bundle is owned by the broker that created
+``/ownership/{tenant}/{ns}/{bundle}`` — an ephemeral key, so ownership ends with the broker's
+session: a broker that dies or is paused past its lease loses every bundle at once, and the next
+lookup gives them to a live broker, which fences and recovers each topic's last ledger before it
+writes (managed ledger ``open``).
+
+Unowned bundles are placed by rendezvous hashing over the live brokers (``/brokers/available``),
+so bundles spread across brokers without a central balancer and every broker computes the same
+answer from the same membership. A broker asked about a bundle that should go elsewhere answers
+with a redirect to that broker, which then takes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
+from magnetar.protocol.checksum import crc32c
+from magnetar.protocol.errors import BadVersion, NotFound
+from magnetar.protocol.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+FULL_RANGE = 1 << 32
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: str
+    broker_url: str
+    web_url: str
+
+    def to_json(self) -> bytes:
+        return json.dumps({"id": self.broker_id, "broker_url": self.broker_url, "web_url": self.web_url}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> BrokerInfo:
+        doc = json.loads(raw)
+        return cls(str(doc["id"]), str(doc["broker_url"]), str(doc["web_url"]))
+
+
+def bundle_of(topic: TopicName, bundles: int) -> str:
+    """The bundle (``0x00000000_0x40000000`` style, as Pulsar names them) holding ``topic``."""
+    h = crc32c(str(topic.partitioned_base if topic.partition_index < 0 else topic).encode())
+    size = FULL_RANGE // bundles
+    idx = min(h // size, bundles - 1)
+    lo = idx * size
+    hi = FULL_RANGE if idx == bundles - 1 else lo + size
+    return f"0x{lo:08x}_0x{hi - 1 if hi == FULL_RANGE else hi:08x}"
+
+
+def _score(bundle_path: str, broker_id: str) -> int:
+    return crc32c(f"{bundle_path}|{broker_id}".encode())
+
+
+class Ownership:
+    def __init__(self, store: MetadataStore, me: BrokerInfo, *, bundles: int = 4) -> None:
+        self.store = store
+        self.me = me
+        self.bundles = bundles
+        self.owned: set[str] = set()
+
+    # ------------------------------------------------------------------ membership
+    async def register(self) -> None:
+        await self.store.put(f"/brokers/available/{self.me.broker_id}", self.me.to_json(), ephemeral=True)
+
+    async def unregister(self) -> None:
+        try:
+            await self.store.delete(f"/brokers/available/{self.me.broker_id}")
+        except NotFound:
+            pass
+
+    async def live_brokers(self) -> list[BrokerInfo]:
+        out = []
+        for name in await self.store.children("/brokers/available"):
+            found = await self.store.get(f"/brokers/available/{name}")
+            if found is not None:
+                out.append(BrokerInfo.from_json(found.value))
+        return out
+
+    # ------------------------------------------------------------------ bundles
+    def bundle_path(self, topic: TopicName) -> str:
+        return f"/ownership/{topic.tenant}/{topic.namespace}/{bundle_of(topic, self.bundles)}"
+
+    async def owner(self, topic: TopicName) -> BrokerInfo | None:
+        found = await self.store.get(self.bundle_path(topic))
+        return BrokerInfo.from_json(found.value) if found is not None else None
+
+    def owns(self, topic: TopicName) -> bool:
+        return self.bundle_path(topic) in self.owned
+
+    async def acquire(self, topic: TopicName) -> BrokerInfo:
+        """Take the topic's bundle if nobody owns it; return whoever owns it afterwards."""
+        path = self.bundle_path(topic)
+        if path in self.owned:
+            return self.me
+        try:
+            await self.store.put(path, self.me.to_json(), MUST_NOT_EXIST, ephemeral=True)
+        except BadVersion:
+            current = await self.owner(topic)
+            if current is None:  # released between our write and our read: try once more
+                return await self.acquire(topic)
+            if current.broker_id == self.me.broker_id:
+                self.owned.add(path)
+            return current
+        self.owned.add(path)
+        log.info("broker %s now owns bundle %s", self.me.broker_id, path)
+        return self.me
+
+    async def placement(self, topic: TopicName) -> BrokerInfo:
+        """Where an unowned bundle should go: the live broker with the highest rendezvous score."""
+        brokers = await self.live_brokers()
+        if not brokers:
+            return self.me
+        path = self.bundle_path(topic)
+        return max(brokers, key=lambda b: _score(path, b.broker_id))
+
+    async def lookup(self, topic: TopicName) -> tuple[BrokerInfo, bool]:
+        """(broker, redirect): the owner with redirect False, or a broker to ask with redirect True."""
+        current = await self.owner(topic)
+        if current is not None:
+            if current.broker_id == self.me.broker_id:
+                self.owned.add(self.bundle_path(topic))
+            return current, False
+        target = await self.placement(topic)
+        if target.broker_id != self.me.broker_id:
+            return target, True
+        return await self.acquire(topic), False
+
+    async def release(self, bundle_path: str) -> None:
+        self.owned.discard(bundle_path)
+        try:
+            await self.store.delete(bundle_path)
+        except NotFound:
+            pass
+
+    async def release_all(self) -> None:
+        for path in list(self.owned):
+            await self.release(path)
