@@ -44,7 +44,7 @@ FIELDS = (
     "max_producers_per_topic",
     "max_consumers_per_topic",
 )
-ENFORCED = frozenset({"persistence", "max_producers_per_topic", "max_consumers_per_topic"})
+ENFORCED = frozenset({"persistence", "retention_policies", "max_producers_per_topic", "max_consumers_per_topic"})
 BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
 
 
@@ -146,6 +146,8 @@ class EffectivePolicies:
     ack_quorum: int
     max_producers: int | None
     max_consumers: int | None
+    retention_minutes: int = 0
+    retention_mb: int = 0
 
     @classmethod
     def resolve(cls, defaults: tuple[int, int, int], ns: dict[str, Any], topic: dict[str, Any]) -> EffectivePolicies:
@@ -157,4 +159,13 @@ class EffectivePolicies:
         if p:
             e, qw, qa = p["bookkeeperEnsemble"], p["bookkeeperWriteQuorum"], p["bookkeeperAckQuorum"]
         mp, mc = pick("max_producers_per_topic"), pick("max_consumers_per_topic")
-        return cls(e, qw, qa, mp or None, mc or None)
+        retention = pick("retention_policies") or {}
+        return cls(
+            e,
+            qw,
+            qa,
+            mp or None,
+            mc or None,
+            int(retention.get("retentionTimeInMinutes", 0)),
+            int(retention.get("retentionSizeInMB", 0)),
+        )

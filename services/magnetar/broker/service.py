@@ -267,6 +267,8 @@ class BrokerService:
             max_ledger_seconds=mlc.max_ledger_seconds,
             cache_bytes=mlc.cache_bytes,
             cursor_flush_delay=mlc.cursor_flush_delay,
+            retention_minutes=eff.retention_minutes,
+            retention_mb=eff.retention_mb,
         )
         ml = await ManagedLedger.open(name.path, self.store, self.ledgers, ml_config)
         log.info("loaded topic %s (E/Qw/Qa %s/%s/%s)", name, eff.ensemble_size, eff.write_quorum, eff.ack_quorum)

@@ -135,6 +135,7 @@ class ManagedCursor:
             for w in waiters:
                 if not w.done():
                     w.set_result(None)
+            self.ml.schedule_trim()
 
     async def _write(self) -> None:
         doc = {"md": list(self.mark_delete), "acked": to_ranges(self.acked)}

@@ -39,6 +39,8 @@ class LedgerInfo:
     ledger_id: int
     entries: int
     size: int
+    # When the ledger was closed (epoch seconds); 0 while it is the one being written.
+    closed_at: float = 0.0
 
 
 class ManagedLedger:
@@ -69,6 +71,8 @@ class ManagedLedger:
         self._listeners: list[Callable[[], None]] = []
         self.entries_added = 0
         self.bytes_added = 0
+        self.trimmed_entries = 0
+        self._trim_task: asyncio.Task[list[int]] | None = None
 
     # ------------------------------------------------------------------ paths and metadata
     @property
@@ -80,7 +84,12 @@ class ManagedLedger:
 
     def _meta_doc(self) -> bytes:
         return json.dumps(
-            {"ledgers": [{"id": i.ledger_id, "entries": i.entries, "size": i.size} for i in self._infos.values()]}
+            {
+                "ledgers": [
+                    {"id": i.ledger_id, "entries": i.entries, "size": i.size, "closed_at": i.closed_at}
+                    for i in self._infos.values()
+                ]
+            }
         ).encode()
 
     async def _write_meta(self) -> None:
@@ -108,7 +117,12 @@ class ManagedLedger:
             recorded = json.loads(found.value)["ledgers"]
             self._meta_version = found.version
         for i, rec in enumerate(recorded):
-            info = LedgerInfo(int(rec["id"]), int(rec.get("entries") or 0), int(rec.get("size") or 0))
+            info = LedgerInfo(
+                int(rec["id"]),
+                int(rec.get("entries") or 0),
+                int(rec.get("size") or 0),
+                float(rec.get("closed_at") or time.time()),
+            )
             if i == len(recorded) - 1:
                 # The last ledger may have been open when its writer died: recover and close it.
                 handle = await self._ledgers.open(info.ledger_id, recovery=True)
@@ -206,8 +220,10 @@ class ManagedLedger:
             if old is not None:
                 await old.close()
                 self._infos[old.ledger_id].entries = old.last_add_confirmed + 1
+                self._infos[old.ledger_id].closed_at = time.time()
             await self._create_ledger()
             log.info("managed ledger %s rolled over to ledger %s", self.name, self._ids[-1])
+            self.schedule_trim()
         except Exception:
             log.exception("roll-over of %s failed", self.name)
         finally:
@@ -345,12 +361,78 @@ class ManagedLedger:
         if await self._store.exists(self.cursor_path(name)):
             await self._store.delete(self.cursor_path(name))
 
+    # ------------------------------------------------------------------ trimming
+    def trimmable(self, now: float | None = None) -> list[int]:
+        """Closed ledgers every cursor has passed that retention no longer keeps, oldest first.
+
+        With no cursor at all nothing is held back by consumers (Pulsar does the same: without
+        subscriptions or retention, data does not outlive its ledger). The ledger being
+        written is never trimmed.
+        """
+        current = self._current.ledger_id if self._current is not None else None
+        if self.cursors:
+            slowest = min(c.mark_delete for c in self.cursors.values())
+        else:
+            slowest = self.last_confirmed
+        consumed: list[LedgerInfo] = []
+        for lid in self._ids:
+            info = self._infos[lid]
+            if lid == current:
+                break
+            if lid < slowest.ledger_id or (lid == slowest.ledger_id and slowest.entry_id >= info.entries - 1):
+                consumed.append(info)
+            else:
+                break
+        now = time.time() if now is None else now
+        size_limit = self.config.retention_mb * 1024 * 1024
+        time_limit = self.config.retention_minutes * 60
+        doomed: list[int] = []
+        retained = 0
+        for info in reversed(consumed):  # newest consumed first: retention keeps the most recent
+            retained += info.size
+            over_size = self.config.retention_mb >= 0 and retained > size_limit
+            expired = self.config.retention_minutes >= 0 and now - info.closed_at > time_limit
+            if over_size or expired or info.entries == 0:
+                doomed.append(info.ledger_id)
+        return sorted(doomed)
+
+    def schedule_trim(self) -> None:
+        if self._closed or (self._trim_task is not None and not self._trim_task.done()):
+            return
+        if len(self._ids) < 2 or not self.trimmable():
+            return
+        self._trim_task = asyncio.get_running_loop().create_task(self.trim())
+
+    async def trim(self) -> list[int]:
+        """Delete trimmable ledgers: metadata first (so nothing points at a deleted ledger),
+        then the ledgers themselves on the bookies."""
+        doomed = self.trimmable()
+        if not doomed:
+            return []
+        for lid in doomed:
+            self._ids.remove(lid)
+            info = self._infos.pop(lid)
+            self.trimmed_entries += info.entries
+            self._read_handles.pop(lid, None)
+        await self._write_meta()
+        for lid in doomed:
+            try:
+                await self._ledgers.delete(lid)
+            except Exception:
+                log.warning("ledger %s of %s trimmed from metadata but not deleted on bookies", lid, self.name)
+        for pos in [p for p in self._cache if p.ledger_id in doomed]:
+            self._cache_bytes -= len(self._cache.pop(pos))
+        log.info("managed ledger %s trimmed ledgers %s", self.name, doomed)
+        return doomed
+
     # ------------------------------------------------------------------ lifecycle
     async def close(self) -> None:
         """Flush cursors and close the current ledger, so the next owner need not recover it."""
         if self._closed:
             return
         self._closed = True
+        if self._trim_task is not None and not self._trim_task.done():
+            await asyncio.gather(self._trim_task, return_exceptions=True)
         for cursor in self.cursors.values():
             await cursor.close()
         if self._rolling is not None:
@@ -359,6 +441,7 @@ class ManagedLedger:
         if self._current is not None:
             await self._current.close()
             self._infos[self._current.ledger_id].entries = self._current.last_add_confirmed + 1
+            self._infos[self._current.ledger_id].closed_at = time.time()
             self._current = None
             try:
                 await self._write_meta()
