@@ -1,0 +1,243 @@
+"""A small typed asyncio client for the brokers' admin REST API (Pulsar's `/admin/v2` shape).
+
+Why our own client: the operator needs a dozen calls, and it needs their failures sorted by what
+the operator should do next. Each HTTP status class has its own exception, so handlers decide with
+`except` clauses rather than status arithmetic: `InvalidRequest` (400) and `PreconditionFailed`
+(412) mean the spec is wrong, `NotFound` (404) usually means "something this depends on is
+missing", `Conflict` (409) means "already exists", and `ServerError` (5xx) / `BrokerUnavailable`
+(no connection, timeout) are retryable — their `retryable` flag says so.
+"""
+
+from __future__ import annotations
+
+import json
+from types import TracebackType
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+import aiohttp
+
+_MISSING: Any = object()
+
+
+class AdminError(Exception):
+    """A failed admin call; `reason` is the broker's own error text, kept for conditions."""
+
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, status: int, reason: str, *, method: str = "", path: str = "") -> None:
+        super().__init__(f"{method} {path} -> {status}: {reason}" if method else reason)
+        self.status = status
+        self.reason = reason
+
+
+class InvalidRequest(AdminError):
+    """400: the broker refused the request as invalid (e.g. quorums out of order)."""
+
+
+class NotFound(AdminError):
+    """404: the tenant, namespace, topic or policy is missing."""
+
+
+class Conflict(AdminError):
+    """409: already exists, or still in use (a tenant that still has namespaces)."""
+
+
+class PreconditionFailed(AdminError):
+    """412: the change is impossible from the current state (e.g. fewer partitions)."""
+
+
+class ServerError(AdminError):
+    """5xx: the broker failed; try again later."""
+
+    retryable = True
+
+
+class BrokerUnavailable(AdminError):
+    """No HTTP answer at all: connection refused, reset, or timed out."""
+
+    retryable = True
+
+
+_BY_STATUS: dict[int, type[AdminError]] = {
+    400: InvalidRequest,
+    404: NotFound,
+    409: Conflict,
+    412: PreconditionFailed,
+}
+
+
+def error_for(status: int, reason: str, *, method: str = "", path: str = "") -> AdminError:
+    """The exception for one HTTP status; unknown 4xx count as invalid requests."""
+    if status >= 500:
+        cls: type[AdminError] = ServerError
+    else:
+        cls = _BY_STATUS.get(status, InvalidRequest)
+    return cls(status, reason, method=method, path=path)
+
+
+def _seg(*parts: str) -> str:
+    """Join path segments, each quoted, so that names can never smuggle in a `/`."""
+    return "/".join(quote(p, safe="") for p in parts)
+
+
+class AdminClient:
+    """One aiohttp session against one broker admin base URL. Use as an async context manager."""
+
+    def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        # Created lazily so that the session belongs to the loop that uses it (kopf's loop).
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    async def request(
+        self, method: str, path: str, *, body: Any = _MISSING, params: dict[str, str] | None = None
+    ) -> Any:
+        """Send one request; return the decoded JSON body (None when empty) or raise AdminError."""
+        url = f"{self.base_url}/admin/v2/{path}"
+        kwargs: dict[str, Any] = {"params": params or {}}
+        if body is not _MISSING:
+            kwargs["data"] = json.dumps(body)
+            kwargs["headers"] = {"Content-Type": "application/json"}
+        try:
+            async with self._http().request(method, url, **kwargs) as resp:
+                text = await resp.text()
+                if resp.status >= 400:
+                    raise error_for(resp.status, _reason(text, resp.reason), method=method, path=path)
+                if not text.strip():
+                    return None
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    return text
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            raise BrokerUnavailable(
+                0, f"broker admin API unreachable at {self.base_url}: {exc!r}", method=method, path=path
+            ) from exc
+
+    # --- health
+    async def healthy(self) -> bool:
+        try:
+            await self.request("GET", "brokers/health")
+        except AdminError:
+            return False
+        return True
+
+    # --- tenants
+    async def list_tenants(self) -> list[str]:
+        return list(await self.request("GET", "tenants") or [])
+
+    async def get_tenant(self, tenant: str) -> dict[str, Any]:
+        return dict(await self.request("GET", _seg("tenants", tenant)) or {})
+
+    async def create_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        await self.request("PUT", _seg("tenants", tenant), body=info)
+
+    async def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        await self.request("POST", _seg("tenants", tenant), body=info)
+
+    async def delete_tenant(self, tenant: str, *, force: bool = False) -> None:
+        await self.request("DELETE", _seg("tenants", tenant), params=_force(force))
+
+    # --- namespaces
+    async def list_namespaces(self, tenant: str) -> list[str]:
+        return list(await self.request("GET", _seg("namespaces", tenant)) or [])
+
+    async def get_namespace_policies(self, tenant: str, namespace: str) -> dict[str, Any]:
+        return dict(await self.request("GET", _seg("namespaces", tenant, namespace)) or {})
+
+    async def create_namespace(self, tenant: str, namespace: str) -> None:
+        await self.request("PUT", _seg("namespaces", tenant, namespace))
+
+    async def delete_namespace(self, tenant: str, namespace: str, *, force: bool = False) -> None:
+        await self.request("DELETE", _seg("namespaces", tenant, namespace), params=_force(force))
+
+    async def get_namespace_policy(self, tenant: str, namespace: str, policy: str) -> Any:
+        return await self.request("GET", _seg("namespaces", tenant, namespace, policy))
+
+    async def set_namespace_policy(
+        self, tenant: str, namespace: str, policy: str, value: Any, *, params: dict[str, str] | None = None
+    ) -> None:
+        path = _seg("namespaces", tenant, namespace, policy)
+        await self.request("POST", path, body=value, params=params)
+
+    async def remove_namespace_policy(self, tenant: str, namespace: str, policy: str) -> None:
+        await self.request("DELETE", _seg("namespaces", tenant, namespace, policy))
+
+    # --- topics (persistent only)
+    async def list_topics(self, tenant: str, namespace: str) -> list[str]:
+        return list(await self.request("GET", _seg("persistent", tenant, namespace)) or [])
+
+    async def get_partitions(self, tenant: str, namespace: str, topic: str) -> int:
+        meta = await self.request("GET", _seg("persistent", tenant, namespace, topic, "partitions"))
+        return int((meta or {}).get("partitions", 0))
+
+    async def create_topic(self, tenant: str, namespace: str, topic: str) -> None:
+        await self.request("PUT", _seg("persistent", tenant, namespace, topic))
+
+    async def create_partitioned_topic(self, tenant: str, namespace: str, topic: str, partitions: int) -> None:
+        path = _seg("persistent", tenant, namespace, topic, "partitions")
+        await self.request("PUT", path, body=partitions)
+
+    async def update_partitions(self, tenant: str, namespace: str, topic: str, partitions: int) -> None:
+        path = _seg("persistent", tenant, namespace, topic, "partitions")
+        await self.request("POST", path, body=partitions)
+
+    async def delete_topic(self, tenant: str, namespace: str, topic: str, *, force: bool = False) -> None:
+        await self.request("DELETE", _seg("persistent", tenant, namespace, topic), params=_force(force))
+
+    async def delete_partitioned_topic(self, tenant: str, namespace: str, topic: str, *, force: bool = False) -> None:
+        path = _seg("persistent", tenant, namespace, topic, "partitions")
+        await self.request("DELETE", path, params=_force(force))
+
+    async def get_topic_policy(self, tenant: str, namespace: str, topic: str, policy: str) -> Any:
+        return await self.request("GET", _seg("persistent", tenant, namespace, topic, policy))
+
+    async def set_topic_policy(
+        self,
+        tenant: str,
+        namespace: str,
+        topic: str,
+        policy: str,
+        value: Any,
+        *,
+        params: dict[str, str] | None = None,
+    ) -> None:
+        path = _seg("persistent", tenant, namespace, topic, policy)
+        await self.request("POST", path, body=value, params=params)
+
+    async def remove_topic_policy(self, tenant: str, namespace: str, topic: str, policy: str) -> None:
+        await self.request("DELETE", _seg("persistent", tenant, namespace, topic, policy))
+
+
+def _force(force: bool) -> dict[str, str]:
+    return {"force": "true"} if force else {}
+
+
+def _reason(text: str, fallback: str | None) -> str:
+    """The broker's `{"reason": ...}` text, or the raw body, or the HTTP reason phrase."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip() or (fallback or "")
+    if isinstance(data, dict) and "reason" in data:
+        return str(data["reason"])
+    return text.strip() or (fallback or "")

@@ -1,0 +1,179 @@
+"""Pure builders of a BookieEnsemble's children: ConfigMap, headless Service, StatefulSet, PDB.
+
+Why these shapes (DESIGN.md section 6):
+- a StatefulSet, because a bookie's identity is its disk: pod `<name>-N` always gets volume
+  `data-<name>-N` back, and the bookie's cookie on that disk must match its registration;
+- a headless Service, so each bookie has a stable DNS name (`<name>-N.<name>.<ns>.svc`) to
+  advertise in the metadata store;
+- `podManagementPolicy: Parallel`: bookies do not depend on each other to start, and a whole
+  ensemble coming back after an outage should not wait for bookie 0;
+- RollingUpdate one pod at a time, and a PodDisruptionBudget of one unavailable, so that neither
+  a rollout nor a node drain takes two replicas of the same ledger fragment away at once;
+- a config checksum on the pod template, so that a config change rolls the pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from . import manifests
+
+BOOKIE_PORT = 3181
+HTTP_PORT = 8000
+DATA_PATH = "/data"
+CONFIG_PATH = "/etc/magnetar"
+CONFIG_FILE = "bookie.yaml"
+COMPONENT = "bookie"
+ENSEMBLE_LABEL = "magnetar.dev/bookie-ensemble"
+
+
+def selector(name: str) -> dict[str, str]:
+    """The immutable StatefulSet selector; also what the PDB and anti-affinity match."""
+    return {"app.kubernetes.io/component": COMPONENT, ENSEMBLE_LABEL: name}
+
+
+def bookie_labels(name: str) -> dict[str, str]:
+    return manifests.labels(COMPONENT, name, **{ENSEMBLE_LABEL: name})
+
+
+def config_name(name: str) -> str:
+    return f"{name}-config"
+
+
+def render_bookie_config(spec: Mapping[str, Any], name: str, namespace: str) -> str:
+    defaults = {
+        "bookiePort": BOOKIE_PORT,
+        "httpPort": HTTP_PORT,
+        "dataDir": f"{DATA_PATH}/ledgers",
+        "advertisedAddressTemplate": f"{{POD_NAME}}.{name}.{namespace}.svc",
+    }
+    return manifests.render_config(defaults, spec.get("config"))
+
+
+def build_bookie_configmap(
+    spec: Mapping[str, Any], name: str, namespace: str, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    files = {CONFIG_FILE: render_bookie_config(spec, name, namespace)}
+    return manifests.build_configmap(config_name(name), namespace, bookie_labels(name), files, owner)
+
+
+def build_bookie_service(name: str, namespace: str, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Headless; publishes not-ready addresses so a recovering bookie is reachable by its peers."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": manifests.metadata(name, namespace, bookie_labels(name), owner),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector(name),
+            "ports": [
+                {"name": "bookie", "port": BOOKIE_PORT, "targetPort": "bookie", "protocol": "TCP"},
+                {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def build_bookie_statefulset(
+    spec: Mapping[str, Any],
+    name: str,
+    namespace: str,
+    *,
+    owner: Mapping[str, Any] | None = None,
+    replicas: int | None = None,
+    config_checksum: str | None = None,
+) -> dict[str, Any]:
+    """The bookie StatefulSet. `replicas` overrides spec.replicas (used to refuse scale-down)."""
+    storage = spec["storage"]
+    checksum = config_checksum or manifests.checksum(render_bookie_config(spec, name, namespace))
+    container: dict[str, Any] = {
+        "name": COMPONENT,
+        "image": spec["image"],
+        "imagePullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
+        "args": ["bookie", "--config", f"{CONFIG_PATH}/{CONFIG_FILE}"],
+        "ports": [
+            {"name": "bookie", "containerPort": BOOKIE_PORT, "protocol": "TCP"},
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+        ],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "MAGNETAR_BOOKIE_ADVERTISED_ADDRESS", "value": f"$(POD_NAME).{name}.{namespace}.svc"},
+        ],
+        "readinessProbe": manifests.http_probe("/ready", "http", initial=5, period=10, failures=3),
+        "livenessProbe": manifests.http_probe("/health", "http", initial=30, period=15, failures=6),
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_PATH},
+            {"name": "config", "mountPath": CONFIG_PATH, "readOnly": True},
+        ],
+    }
+    res = manifests.resources(spec.get("resources"))
+    if res:
+        container["resources"] = res
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 60,
+        "containers": [container],
+        "volumes": [{"name": "config", "configMap": {"name": config_name(name)}}],
+    }
+    affinity = manifests.anti_affinity(spec.get("antiAffinity", "preferred"), selector(name))
+    if affinity:
+        pod_spec["affinity"] = affinity
+    claim: dict[str, Any] = {
+        "metadata": {"name": "data", "labels": bookie_labels(name)},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": storage["size"]}},
+        },
+    }
+    if storage.get("storageClassName"):
+        claim["spec"]["storageClassName"] = storage["storageClassName"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": manifests.metadata(name, namespace, bookie_labels(name), owner),
+        "spec": {
+            "replicas": spec["replicas"] if replicas is None else replicas,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": selector(name)},
+            "template": {
+                "metadata": {
+                    "labels": bookie_labels(name),
+                    "annotations": {manifests.CHECKSUM_ANNOTATION: checksum},
+                },
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [claim],
+        },
+    }
+
+
+def build_bookie_pdb(
+    name: str, namespace: str, *, api_version: str, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    return manifests.build_pdb(
+        name, namespace, bookie_labels(name), selector(name), api_version=api_version, owner=owner
+    )
+
+
+def build_bookie_children(
+    spec: Mapping[str, Any],
+    name: str,
+    namespace: str,
+    *,
+    pdb_api_version: str,
+    owner: Mapping[str, Any] | None = None,
+    replicas: int | None = None,
+) -> list[dict[str, Any]]:
+    """All children in the order they should be applied (config before the pods that mount it)."""
+    configmap = build_bookie_configmap(spec, name, namespace, owner)
+    digest = manifests.checksum(configmap["data"][CONFIG_FILE])
+    return [
+        configmap,
+        build_bookie_service(name, namespace, owner),
+        build_bookie_statefulset(spec, name, namespace, owner=owner, replicas=replicas, config_checksum=digest),
+        build_bookie_pdb(name, namespace, api_version=pdb_api_version, owner=owner),
+    ]
