@@ -70,11 +70,21 @@ def cmd_bookie(args: argparse.Namespace) -> int:
             store=store,
             readonly_threshold=args.readonly_threshold,
             reprovision=args.reprovision,
+            advertised_host=args.advertised_address,
         )
         state.update(store=store, svc=svc)
         await svc.start()
+        if args.http_port is not None:
+            from magnetar.bookie.http import BookieHttpServer
+
+            http = BookieHttpServer(svc)
+            await http.start(args.host, args.http_port)
+            state["http"] = http
 
     async def stop() -> None:
+        http = state.get("http")
+        if http is not None:
+            await http.stop()  # type: ignore[attr-defined]
         svc = state.get("svc")
         if isinstance(svc, BookieService):
             await svc.stop()
@@ -85,7 +95,9 @@ def cmd_bookie(args: argparse.Namespace) -> int:
     def banner() -> str:
         svc = state["svc"]
         assert isinstance(svc, BookieService)
-        return f"magnetar bookie {args.bookie_id} ready on {args.host}:{svc.port} data {args.data_dir}"
+        http = state.get("http")
+        extra = f" http {args.host}:{http.port}" if http is not None else ""  # type: ignore[attr-defined]
+        return f"magnetar bookie {args.bookie_id} ready on {args.host}:{svc.port} data {args.data_dir}{extra}"
 
     return _run_until_signal(start, stop, banner)
 
@@ -103,6 +115,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
         default_write_quorum=args.write_quorum,
         default_ack_quorum=args.ack_quorum,
     )
+    if args.isolated_tenant:
+        logging.getLogger("magnetar").warning(
+            "isolatedTenant=%s is not enforced by this broker yet: the tenant's bundles may be owned by any broker",
+            args.isolated_tenant,
+        )
+    if not args.metadata_url:
+        raise SystemExit("magnetar broker needs --metadata-url (or metadataUrl in --config)")
     node = BrokerNode(args.metadata_url, config, bundles=args.bundles, cluster=args.cluster)
 
     async def start() -> None:
@@ -147,7 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     sa.set_defaults(func=cmd_standalone)
 
     bk = sub.add_parser("bookie", help="run one bookie")
-    bk.add_argument("--data-dir", required=True)
+    bk.add_argument("--config", default=None, help="Pulsar-style YAML settings (flags win)")
+    bk.add_argument("--data-dir", default=None)
+    bk.add_argument("--advertised-address", default=None)
+    bk.add_argument("--http-port", type=int, default=None, help="serve /health, /ready, /metrics here")
     bk.add_argument("--host", default="127.0.0.1")
     bk.add_argument("--port", type=int, default=3181)
     bk.add_argument("--bookie-id", default=None)
@@ -158,10 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept a wiped data directory and register a new identity cookie",
     )
-    bk.set_defaults(func=cmd_bookie)
+    bk.set_defaults(func=cmd_bookie, _parser=bk)
 
     br = sub.add_parser("broker", help="run one cluster broker (needs etcd and bookies)")
-    br.add_argument("--metadata-url", required=True, help="etcd://host:port[,host:port]")
+    br.add_argument("--config", default=None, help="Pulsar-style YAML settings (flags win)")
+    br.add_argument("--metadata-url", default=None, help="etcd://host:port[,host:port]")
+    br.add_argument("--isolated-tenant", default=None, help=argparse.SUPPRESS)
     br.add_argument("--host", default="127.0.0.1")
     br.add_argument("--advertised-address", default=None)
     br.add_argument("--port", type=int, default=6650)
@@ -171,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--ack-quorum", type=int, default=2)
     br.add_argument("--bundles", type=int, default=4, help="bundles per namespace")
     br.add_argument("--cluster", default="local")
-    br.set_defaults(func=cmd_broker)
+    br.set_defaults(func=cmd_broker, _parser=br)
 
     lc = sub.add_parser("local-cluster", help="etcd + N bookies + M brokers as child processes on loopback")
     lc.add_argument("--bookies", type=int, default=3)
@@ -204,8 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.command in ("bookie", "broker"):
+        from magnetar.cli.config_file import apply_config_file
+
+        apply_config_file(args, args._parser)
+    if args.command == "bookie" and args.data_dir is None:
+        raise SystemExit("magnetar bookie needs --data-dir (or dataDir in --config)")
     if args.command == "bookie" and args.bookie_id is None:
-        args.bookie_id = f"{args.host}:{args.port}"
+        args.bookie_id = f"{args.advertised_address or args.host}:{args.port}"
     result: int = args.func(args)
     return result
 

@@ -1,0 +1,72 @@
+"""``--config FILE`` for ``magnetar broker`` and ``magnetar bookie``: Pulsar-style settings files.
+
+Keys use the names Pulsar operators know from broker.conf / bookkeeper.conf (``brokerServicePort``,
+``managedLedgerDefaultAckQuorum``, ``bookiePort``...). Flags given on the command line win over the
+file. ``{POD_NAME}`` in a value is replaced by the ``POD_NAME`` environment variable (or the host
+name), so one file serves every pod of a StatefulSet. An unknown key is an error that names the
+known ones, so a typo cannot silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+KEYS: dict[str, dict[str, str]] = {
+    "broker": {
+        "metadataUrl": "metadata_url",
+        "metadataStoreUrl": "metadata_url",
+        "bindAddress": "host",
+        "advertisedAddress": "advertised_address",
+        "advertisedAddressTemplate": "advertised_address",
+        "brokerServicePort": "port",
+        "webServicePort": "web_port",
+        "managedLedgerDefaultEnsembleSize": "ensemble_size",
+        "managedLedgerDefaultWriteQuorum": "write_quorum",
+        "managedLedgerDefaultAckQuorum": "ack_quorum",
+        "defaultNumberOfNamespaceBundles": "bundles",
+        "clusterName": "cluster",
+        "isolatedTenant": "isolated_tenant",
+    },
+    "bookie": {
+        "metadataUrl": "metadata_url",
+        "metadataServiceUri": "metadata_url",
+        "bindAddress": "host",
+        "advertisedAddress": "advertised_address",
+        "advertisedAddressTemplate": "advertised_address",
+        "bookiePort": "port",
+        "httpPort": "http_port",
+        "dataDir": "data_dir",
+        "bookieId": "bookie_id",
+        "diskUsageThreshold": "readonly_threshold",
+    },
+}
+
+
+def _expand(value: Any) -> Any:
+    if isinstance(value, str) and "{POD_NAME}" in value:
+        return value.replace("{POD_NAME}", os.environ.get("POD_NAME") or socket.gethostname())
+    return value
+
+
+def apply_config_file(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Fill ``args`` from ``args.config`` where the command line left the parser's default."""
+    path = getattr(args, "config", None)
+    if not path:
+        return
+    doc = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(doc, dict):
+        raise SystemExit(f"{path}: a config file must be a mapping of settings")
+    known = KEYS[args.command]
+    unknown = sorted(set(doc) - set(known))
+    if unknown:
+        raise SystemExit(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for key, value in doc.items():
+        dest = known[key]
+        if getattr(args, dest, None) == parser.get_default(dest):  # not given on the command line
+            setattr(args, dest, _expand(value))
