@@ -152,6 +152,21 @@ class _Recorder:
         return self.events
 
 
+async def wait_until_gone(store: MetadataStore, path: str, *, within: float) -> None:
+    """Await the deletion of ``path`` through a watch (no polling); fail if it outlives ``within``
+    seconds plus a second of slack for the store to notice."""
+    gone = asyncio.Event()
+    unsubscribe = store.watch(path, lambda note: gone.set() if note.kind == "delete" else None)
+    try:
+        if not await store.exists(path):  # checked after subscribing, so a deletion can't slip between
+            return
+        async with asyncio.timeout(within + 1.0):
+            await gone.wait()
+        assert not await store.exists(path)
+    finally:
+        unsubscribe()
+
+
 async def test_watch_reports_puts_and_deletes_at_and_below_the_prefix(store: MetadataStore) -> None:
     rec = _Recorder()
     store.watch("/a", rec)
@@ -253,7 +268,8 @@ async def test_ephemeral_keys_of_a_killed_session_are_gone_after_reopen(backend:
     assert out == b"written\n"
     reopened = await backend.reopen()
     try:
-        assert await reopened.get("/ownership/t/ns/0x0") is None
+        # LMDB deletes them on open; etcd once the dead session's lease expires (within its TTL).
+        await wait_until_gone(reopened, "/ownership/t/ns/0x0", within=backend.session_timeout)
         got = await reopened.get("/tenants/t")
         assert got is not None and got.value == b"persistent"
     finally:
