@@ -8,9 +8,11 @@ Measures, each over --runs runs:
      processes, against a fresh ``magnetar standalone`` (100-byte messages, batching on);
   4. publish latency at a fixed 50,000 msg/s (batching delay 1 ms, as pulsar-perf uses);
   5. with --backlog N: the standalone's RSS while N messages sit unconsumed, then the rate at
-     which a consumer drains them from the bookie.
+     which a consumer drains them from the bookie;
+  6. with --cluster: the same pub/sub and latency runs against ``magnetar local-cluster``
+     (etcd, 3 bookies at E3/Qw3/Qa2, 2 brokers), side by side with the standalone figures.
 
-Usage: scripts/benchmark.py [--runs 3] [--seconds 10] [--backlog 10000000] [--json out.json]
+Usage: scripts/benchmark.py [--runs 3] [--backlog 10000000] [--cluster] [--json out.json]
 """
 
 from __future__ import annotations
@@ -74,6 +76,50 @@ async def _loopback(seconds: float) -> float:
     return count / elapsed
 
 
+class LocalCluster:
+    """``magnetar local-cluster`` on ports clear of the defaults, so a standalone can run beside it."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = "magnetar://127.0.0.1:6750"
+
+    def __enter__(self) -> LocalCluster:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "magnetar.cli.main",
+                "--log-level",
+                "WARNING",
+                "local-cluster",
+                "--data-dir",
+                str(self.data_dir),
+                "--etcd-port",
+                "2579",
+                "--bookie-port",
+                "3281",
+                "--broker-port",
+                "6750",
+                "--web-port",
+                "8180",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if "local-cluster ready" in line:
+                break
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(120)
+
+
 class Standalone:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
@@ -82,9 +128,25 @@ class Standalone:
 
     def __enter__(self) -> Standalone:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", "standalone", "--data-dir",
-             str(self.data_dir), "--port", "0", "--web-port", "0", "--bookie-port", "0"],
-            stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "magnetar.cli.main",
+                "--log-level",
+                "WARNING",
+                "standalone",
+                "--data-dir",
+                str(self.data_dir),
+                "--port",
+                "0",
+                "--web-port",
+                "0",
+                "--bookie-port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             m = re.search(r"service (\S+)", line)
@@ -108,8 +170,11 @@ class Standalone:
 
 def perf(*args: str) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", "perf", *args,
-                        "--json", out.name], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", "perf", *args, "--json", out.name],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         result: dict[str, Any] = json.loads(Path(out.name).read_text())
         return result
 
@@ -117,9 +182,26 @@ def perf(*args: str) -> dict[str, Any]:
 def pub_sub_run(url: str, topic: str, n: int) -> tuple[dict[str, Any], dict[str, Any]]:
     with tempfile.NamedTemporaryFile(suffix=".json") as cout:
         consumer = subprocess.Popen(
-            [sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", "perf", "consume", topic,
-             "--url", url, "--subscription", "bench", "-n", str(n), "--json", cout.name],
-            stdout=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "magnetar.cli.main",
+                "--log-level",
+                "WARNING",
+                "perf",
+                "consume",
+                topic,
+                "--url",
+                url,
+                "--subscription",
+                "bench",
+                "-n",
+                str(n),
+                "--json",
+                cout.name,
+            ],
+            stdout=subprocess.DEVNULL,
+        )
         time.sleep(2)  # let the subscription exist before the first message (a benchmark, not a test)
         produced = perf("produce", topic, "--url", url, "-n", str(n), "--size", "100")
         consumer.wait(600)
@@ -136,6 +218,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="duration of each raw measurement")
     ap.add_argument("--messages", type=int, default=3_000_000, help="messages per pub/sub run")
     ap.add_argument("--backlog", type=int, default=0, help="messages for the backlog/memory run (0: skip)")
+    ap.add_argument("--cluster", action="store_true", help="also measure a local cluster (E3/Qw3/Qa2)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     res: dict[str, Any] = {"runs": args.runs}
@@ -154,34 +237,121 @@ def main() -> int:
             pubs.append(produced["msg_per_s"])
             subs.append(consumed["msg_per_s"])
             p99s.append(produced["latency_ms"]["p99"])
-            lat = perf("produce", f"lat-{run}", "--url", sa.url, "--rate", "50000", "--time", "10",
-                       "--size", "100", "--batch-delay-ms", "1")
+            lat = perf(
+                "produce",
+                f"lat-{run}",
+                "--url",
+                sa.url,
+                "--rate",
+                "50000",
+                "--time",
+                "10",
+                "--size",
+                "100",
+                "--batch-delay-ms",
+                "1",
+            )
             lat_p99.append(lat["latency_ms"]["p99"])
             lat_p50.append(lat["latency_ms"]["p50"])
-        print(f"run {run}: publish {pubs[-1]:,.0f} msg/s (p99 {p99s[-1]} ms), consume {subs[-1]:,.0f} msg/s; "
-              f"at 50k msg/s p50 {lat_p50[-1]} ms p99 {lat_p99[-1]} ms")
+        print(
+            f"run {run}: publish {pubs[-1]:,.0f} msg/s (p99 {p99s[-1]} ms), consume {subs[-1]:,.0f} msg/s; "
+            f"at 50k msg/s p50 {lat_p50[-1]} ms p99 {lat_p99[-1]} ms"
+        )
     res["publish_msg_per_s"] = {"median": median(pubs), "all": pubs}
     res["consume_msg_per_s"] = {"median": median(subs), "all": subs}
     res["latency_at_50k"] = {"p50_median": median(lat_p50), "p99_median": median(lat_p99), "p99_all": lat_p99}
-    print(f"MEDIAN publish {median(pubs):,.0f} msg/s, consume {median(subs):,.0f} msg/s, "
-          f"p99 at 50k msg/s {median(lat_p99)} ms")
+    print(
+        f"MEDIAN publish {median(pubs):,.0f} msg/s, consume {median(subs):,.0f} msg/s, "
+        f"p99 at 50k msg/s {median(lat_p99)} ms"
+    )
+
+    if args.cluster:
+        cpubs, csubs, clat = [], [], []
+        for run in range(args.runs):
+            with tempfile.TemporaryDirectory() as d, LocalCluster(Path(d)) as lc:
+                produced, consumed = pub_sub_run(lc.url, f"cbench-{run}", args.messages)
+                cpubs.append(produced["msg_per_s"])
+                csubs.append(consumed["msg_per_s"])
+                lat = perf(
+                    "produce",
+                    f"clat-{run}",
+                    "--url",
+                    lc.url,
+                    "--rate",
+                    "50000",
+                    "--time",
+                    "10",
+                    "--size",
+                    "100",
+                    "--batch-delay-ms",
+                    "1",
+                )
+                clat.append((lat["latency_ms"]["p50"], lat["latency_ms"]["p99"], produced["latency_ms"]["p99"]))
+            print(
+                f"cluster run {run}: publish {cpubs[-1]:,.0f} msg/s, consume {csubs[-1]:,.0f} msg/s; "
+                f"at 50k msg/s p50 {clat[-1][0]} ms p99 {clat[-1][1]} ms"
+            )
+        res["cluster"] = {
+            "publish_msg_per_s": {"median": median(cpubs), "all": cpubs},
+            "consume_msg_per_s": {"median": median(csubs), "all": csubs},
+            "latency_at_50k": {"p50_median": median([x[0] for x in clat]), "p99_median": median([x[1] for x in clat])},
+            "ratio_to_standalone_publish": median(cpubs) / median(pubs),
+        }
+        print(
+            f"CLUSTER MEDIAN publish {median(cpubs):,.0f} msg/s ({median(cpubs) / median(pubs):.2f}x standalone), "
+            f"consume {median(csubs):,.0f} msg/s, p99 at 50k msg/s {median([x[1] for x in clat])} ms"
+        )
 
     if args.backlog:
         with tempfile.TemporaryDirectory() as d, Standalone(Path(d)) as sa:
-            subprocess.run([sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", "perf", "consume",
-                            "backlog", "--url", sa.url, "--subscription", "idle", "--time", "1"],
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "magnetar.cli.main",
+                    "--log-level",
+                    "WARNING",
+                    "perf",
+                    "consume",
+                    "backlog",
+                    "--url",
+                    sa.url,
+                    "--subscription",
+                    "idle",
+                    "--time",
+                    "1",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             produced = perf("produce", "backlog", "--url", sa.url, "-n", str(args.backlog), "--size", "100")
             rss_full = sa.rss_mib()
             disk = sum(f.stat().st_size for f in Path(d).rglob("*") if f.is_file()) / 2**20
-            drained = perf("consume", "backlog", "--url", sa.url, "--subscription", "idle", "-n", str(args.backlog),
-                           "--initial-position", "Earliest")
+            drained = perf(
+                "consume",
+                "backlog",
+                "--url",
+                sa.url,
+                "--subscription",
+                "idle",
+                "-n",
+                str(args.backlog),
+                "--initial-position",
+                "Earliest",
+            )
             rss_after = sa.rss_mib()
-        res["backlog"] = {"messages": args.backlog, "publish_msg_per_s": produced["msg_per_s"],
-                          "rss_mib_with_backlog": rss_full, "disk_mib": disk,
-                          "drain_msg_per_s": drained["msg_per_s"], "rss_mib_after_drain": rss_after}
-        print(f"backlog {args.backlog:,}: broker RSS {rss_full:.0f} MiB with it on disk ({disk:.0f} MiB); "
-              f"drained at {drained['msg_per_s']:,.0f} msg/s; RSS after drain {rss_after:.0f} MiB")
+        res["backlog"] = {
+            "messages": args.backlog,
+            "publish_msg_per_s": produced["msg_per_s"],
+            "rss_mib_with_backlog": rss_full,
+            "disk_mib": disk,
+            "drain_msg_per_s": drained["msg_per_s"],
+            "rss_mib_after_drain": rss_after,
+        }
+        print(
+            f"backlog {args.backlog:,}: broker RSS {rss_full:.0f} MiB with it on disk ({disk:.0f} MiB); "
+            f"drained at {drained['msg_per_s']:,.0f} msg/s; RSS after drain {rss_after:.0f} MiB"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
     return 0
