@@ -28,9 +28,7 @@ async def _turn():
 
 async def test_subscribe_grants_receiver_queue_size_then_refills_at_half(fake_broker):
     async with aio.Client(fake_broker.url) as client:
-        consumer = await client.subscribe(
-            "c", "s", initial_position=InitialPosition.Earliest, receiver_queue_size=10
-        )
+        consumer = await client.subscribe("c", "s", initial_position=InitialPosition.Earliest, receiver_queue_size=10)
         await fake_broker.wait_for(lambda: fake_broker.sent("flow"))
         assert [f["permits"] for f in fake_broker.sent("flow")] == [10]
         await _produce(client, "c", 30, batching_enabled=False)

@@ -11,6 +11,8 @@ from magnetar.client.options import InitialPosition
 from magnetar.client.routing import partition_for_key
 from magnetar.protocol.errors import ServiceNotReady
 
+from .conftest import record_sleeps
+
 TOPIC = "persistent://public/default/r"
 
 
@@ -28,12 +30,30 @@ async def test_lookup_follows_redirects_to_the_owning_broker(broker_factory):
     assert not first.sent("producer")
 
 
-async def test_lookup_redirect_loop_is_bounded(fake_broker):
+async def test_lookup_redirect_loop_is_bounded_and_retried_with_backoff_until_the_operation_timeout(fake_broker):
     fake_broker.lookups[TOPIC] = (fake_broker.url, True)
-    async with aio.Client(fake_broker.url, max_lookup_redirects=3) as client:
-        with pytest.raises(ServiceNotReady, match="redirected"):
+    async with aio.Client(fake_broker.url, max_lookup_redirects=3, operation_timeout_seconds=1) as client:
+        delays = record_sleeps(client)
+        with pytest.raises(ServiceNotReady, match="redirected more than 3 times"):
             await client.create_producer("r")
-    assert len(fake_broker.sent("lookup")) == 4
+    # Each attempt follows 1 + 3 redirects; attempts are spaced 0.1, 0.2, 0.4, 0.8 s (less jitter),
+    # and the next wait (1.6 s) would pass the 1 s operation timeout, so the last error is raised.
+    assert len(delays) == 4
+    assert len(fake_broker.sent("lookup")) == 4 * (len(delays) + 1)
+    assert not fake_broker.sent("producer")
+
+
+async def test_multi_host_service_url_skips_a_dead_broker(broker_factory):
+    dead, live = await broker_factory(), await broker_factory()
+    await dead.stop()
+    hosts = ",".join(u.removeprefix("magnetar://") for u in (dead.url, live.url))
+    async with aio.Client(f"magnetar://{hosts}") as client:
+        producer = await client.create_producer("r")
+        assert (await producer.send(b"x")).entry_id == 0
+        await client.create_producer("r")
+    # Both creations were served by the live broker, over one pooled connection.
+    assert len(live.sent("connect")) == 1
+    assert len(live.sent("lookup")) == 2
 
 
 async def test_one_connection_per_broker_url(broker_factory):
@@ -49,9 +69,7 @@ async def test_one_connection_per_broker_url(broker_factory):
 async def test_partitioned_producer_routes_keys_by_hash_and_others_round_robin_per_batch(fake_broker):
     fake_broker.partitions[TOPIC] = 3
     async with aio.Client(fake_broker.url) as client:
-        producer = await client.create_producer(
-            "r", batching_max_messages=5, batching_max_publish_delay_ms=60_000
-        )
+        producer = await client.create_producer("r", batching_max_messages=5, batching_max_publish_delay_ms=60_000)
         assert [p.topic for p in producer.partitions] == [f"{TOPIC}-partition-{i}" for i in range(3)]
         keyed = [await producer.send_async(b"k", partition_key="user-1") for _ in range(5)]
         ids = [await r for r in keyed]

@@ -17,9 +17,7 @@ TOPIC = "persistent://public/default/p"
 
 async def test_batch_is_sent_when_it_reaches_max_messages(fake_broker):
     async with aio.Client(fake_broker.url) as client:
-        producer = await client.create_producer(
-            "p", batching_max_messages=10, batching_max_publish_delay_ms=60_000
-        )
+        producer = await client.create_producer("p", batching_max_messages=10, batching_max_publish_delay_ms=60_000)
         receipts = [await producer.send_async(b"m%d" % i) for i in range(25)]
         # Two full batches go out without waiting for the (one minute) delay; five stay open.
         ids = [await r for r in receipts[:20]]

@@ -9,9 +9,20 @@ and ``producer`` (batching, receipts, timeouts, partition routing via ``routing`
 ``message`` and ``acks`` (receive queue, batch-index acks, permits), ``aio`` (the asyncio
 ``Client``), ``sync`` (the blocking wrapper), ``options`` and ``errors``.
 
+Reconnection works as Pulsar's (``reconnect``): when a connection drops, the broker pushes
+``close_producer`` / ``close_consumer``, or a ``producer`` / ``subscribe`` is answered
+``ServiceNotReady``, the producer or consumer looks its topic up again (through any broker of a
+multi-host service URL, following redirects) and re-creates itself on the owner, with jittered
+exponential backoff (100 ms doubling to 30 s by default). Unacknowledged messages are resent in
+order with their sequence ids and producer name; sends made meanwhile queue up; each message still
+fails with ``Timeout`` once ``send_timeout_millis`` have passed since it was sent. A consumer
+re-subscribes, drops the messages it had queued but not yet handed out (the broker redelivers them)
+and sends acknowledgements made before or during the outage on the new registration.
+
 Where we differ from Pulsar, on purpose or for now:
-- no automatic reconnection: when a connection drops, pending sends and requests fail with
-  ``NotConnected`` and consumers raise it from ``receive`` once their queue is drained;
+- producer and consumer creation retry only retryable errors and give up at the operation timeout
+  with the last one; later reconnection keeps trying until ``close()``;
+- ``close()`` waits at most the operation timeout for outstanding receipts and ack answers;
 - ``negative_acknowledge`` asks for redelivery at once (no ``negative_ack_redelivery_delay_ms``);
 - the asyncio producer waits for room when ``max_pending_messages`` are in flight
   (``block_if_queue_full=True``); the blocking one defaults to Pulsar's ``False`` and reports

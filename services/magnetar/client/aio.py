@@ -8,10 +8,13 @@
         async for msg in consumer:
             await consumer.acknowledge(msg)
 
-The client keeps one connection per broker URL (the service URL and every broker a lookup points
-to), shared by all its producers and consumers. Before a producer or consumer is created the topic
-is looked up (following ``redirect`` answers for a bounded number of hops) and, for a partitioned
-topic, one partition producer/consumer is created per partition on the broker that owns it.
+The client keeps one connection per broker URL (the service URL's brokers and every broker a
+lookup points to), shared by all its producers and consumers. Before a producer or consumer is
+created the topic is looked up (following ``redirect`` answers for a bounded number of hops) and,
+for a partitioned topic, one partition producer/consumer is created per partition on the broker
+that owns it. Each of them stays attached to its topic's owner on its own (``reconnect``): when
+a connection drops or the broker hands the topic over, it looks the topic up again and re-creates
+itself there, with backoff, while the application keeps sending and receiving.
 """
 
 from __future__ import annotations
@@ -19,16 +22,25 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from magnetar.client.connection import Connection, normalize_url
+from magnetar.client.connection import Connection, normalize_url, service_urls
 from magnetar.client.consumer import Consumer, PartitionConsumer
 from magnetar.client.errors import ProducerQueueIsFull
 from magnetar.client.message import Message
 from magnetar.client.options import CompressionType, ConsumerType, InitialPosition, Result
 from magnetar.client.producer import PartitionProducer, Producer, ProducerConfig
+from magnetar.client.reconnect import Backoff
 from magnetar.protocol import commands as cmds
-from magnetar.protocol.errors import AlreadyClosed, MagnetarError, ServiceNotReady
+from magnetar.protocol.errors import (
+    AlreadyClosed,
+    MagnetarError,
+    NotConnected,
+    RetryableError,
+    ServiceNotReady,
+    Timeout,
+)
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.topic_name import TopicName
 
@@ -53,7 +65,15 @@ MAX_LOOKUP_REDIRECTS = 8
 
 
 class Client:
-    """Entry point: creates producers and consumers, owns the connections to brokers."""
+    """Entry point: creates producers and consumers, owns the connections to brokers.
+
+    ``service_url`` may list several brokers (``magnetar://h1:6650,h2:6650``); lookups go to the
+    first that answers, starting from the last one that did. Backoff between reconnection
+    attempts starts at ``initial_backoff_interval_ms`` and doubles up to ``max_backoff_interval_ms``
+    (Pulsar's C++ client options). ``keep_alive_interval_seconds`` (0 disables) is how long a
+    silent connection is trusted before a ``ping``; one more interval without an answer and it is
+    closed as dead.
+    """
 
     def __init__(
         self,
@@ -62,22 +82,47 @@ class Client:
         operation_timeout_seconds: float = 30,
         connection_timeout_ms: int = 10000,
         max_lookup_redirects: int = MAX_LOOKUP_REDIRECTS,
+        initial_backoff_interval_ms: int = 100,
+        max_backoff_interval_ms: int = 30000,
+        keep_alive_interval_seconds: float = 30,
     ) -> None:
-        self._service_url = normalize_url(service_url)
+        self._service_urls = service_urls(service_url)
+        self._service_index = 0
         self._op_timeout = float(operation_timeout_seconds)
         self._connect_timeout = connection_timeout_ms / 1000.0
         self._max_redirects = max_lookup_redirects
+        self._backoff = (initial_backoff_interval_ms / 1000.0, max_backoff_interval_ms / 1000.0)
+        Backoff(*self._backoff)  # validate now, not at the first reconnection
+        self._keep_alive = float(keep_alive_interval_seconds)
         self._conns: dict[str, asyncio.Future[Connection]] = {}
         self._ids = itertools.count(1)
         self._producers: list[Producer] = []
         self._consumers: list[Consumer] = []
         self._closed = False
+        # The wait between attempts; tests swap in a recorder instead of sleeping for real.
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     async def __aenter__(self) -> Client:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    # ---------------------------------------------------------------- what producers and consumers use
+
+    @property
+    def operation_timeout(self) -> float:
+        return self._op_timeout
+
+    def next_id(self) -> int:
+        """A producer/consumer id, unique on every connection of this client (one per registration)."""
+        return next(self._ids)
+
+    def new_backoff(self) -> Backoff:
+        return Backoff(*self._backoff)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._sleep(seconds)
 
     # ---------------------------------------------------------------- connections and lookup
 
@@ -95,7 +140,12 @@ class Client:
         fut = asyncio.get_running_loop().create_future()
         self._conns[key] = fut
         try:
-            conn = await Connection.open(key, operation_timeout=self._op_timeout, connect_timeout=self._connect_timeout)
+            conn = await Connection.open(
+                key,
+                operation_timeout=self._op_timeout,
+                connect_timeout=self._connect_timeout,
+                keep_alive_interval=self._keep_alive,
+            )
         except asyncio.CancelledError:
             fut.cancel()
             self._conns.pop(key, None)
@@ -108,9 +158,30 @@ class Client:
         fut.set_result(conn)
         return conn
 
-    async def _lookup(self, topic: str) -> Connection:
-        """Find the broker serving ``topic``: ask, follow redirects, return its connection."""
-        conn = await self._connection(self._service_url)
+    async def _service_connection(self) -> Connection:
+        """A connection to any broker of the service URL: the last one that worked first, then the others."""
+        urls = self._service_urls
+        last: MagnetarError | None = None
+        for i in range(len(urls)):
+            index = (self._service_index + i) % len(urls)
+            try:
+                conn = await self._connection(urls[index])
+            except (NotConnected, Timeout) as exc:
+                last = exc
+                continue
+            self._service_index = index
+            return conn
+        assert last is not None
+        raise last
+
+    async def lookup(self, topic: str) -> Connection:
+        """Find the broker serving ``topic``: ask, follow redirects (a bounded number), return its connection.
+
+        ``redirect: true`` names a broker to ask again; ``redirect: false`` names the owner. A
+        redirect loop longer than ``max_lookup_redirects`` raises ``ServiceNotReady``, which is
+        retryable: ownership may be moving, and the caller's backoff loop asks again later.
+        """
+        conn = await self._service_connection()
         for _ in range(self._max_redirects + 1):
             answer = await conn.request({"t": cmds.LOOKUP, "topic": topic})
             target = await self._connection(str(answer.get("broker_url") or conn.url))
@@ -120,11 +191,23 @@ class Client:
         raise ServiceNotReady(f"lookup of {topic} was redirected more than {self._max_redirects} times")
 
     async def _partitions(self, topic: TopicName) -> int:
+        """How many partitions ``topic`` has, retrying retryable errors until the operation timeout."""
         if topic.partition_index >= 0:
             return 0  # a single partition named directly
-        conn = await self._connection(self._service_url)
-        answer = await conn.request({"t": cmds.PARTITIONED_METADATA, "topic": str(topic)})
-        return int(answer.get("partitions") or 0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._op_timeout
+        backoff = self.new_backoff()
+        while True:
+            try:
+                conn = await self._service_connection()
+                answer = await conn.request({"t": cmds.PARTITIONED_METADATA, "topic": str(topic)})
+                return int(answer.get("partitions") or 0)
+            except RetryableError as exc:
+                delay = backoff.next()
+                if loop.time() + delay >= deadline:
+                    raise
+                log.info("partition metadata of %s: %s; retrying in %.3fs", topic, exc, delay)
+                await self.sleep(delay)
 
     async def get_topic_partitions(self, topic: str) -> list[str]:
         """The partition topic names of ``topic`` (itself when it is not partitioned)."""
@@ -174,9 +257,8 @@ class Client:
         partitions = await self._partitions(name)
 
         async def one(target: str, index: int) -> PartitionProducer:
-            conn = await self._lookup(target)
-            part = PartitionProducer(conn, target, index, next(self._ids), config)
-            await part.register()
+            part = PartitionProducer(self, target, index, config)
+            await part.attach_first()
             return part
 
         parts = await self._create_all([one(t, i) for t, i in self._targets(name, partitions)])
@@ -204,12 +286,10 @@ class Client:
         consumer = Consumer(str(name), subscription_name, consumer_type)
 
         async def one(target: str, index: int) -> PartitionConsumer:
-            conn = await self._lookup(target)
             part = PartitionConsumer(
-                conn,
+                self,
                 target,
                 index,
-                next(self._ids),
                 subscription=subscription_name,
                 consumer_type=consumer_type,
                 initial_position=initial_position,
@@ -217,8 +297,9 @@ class Client:
                 consumer_name=consumer_name,
                 deliver=consumer._deliver,
                 on_closed=consumer._on_partition_closed,
+                discard_queued=consumer._discard_queued,
             )
-            await part.subscribe()
+            await part.attach_first()
             return part
 
         parts = await self._create_all([one(t, i) for t, i in self._targets(name, partitions)])

@@ -35,7 +35,7 @@ SendCallback = Callable[[Any, MessageId | None], None]
 class Batch:
     """One batch of records, open (accumulating) or in flight (sent, awaiting its receipt)."""
 
-    __slots__ = ("callbacks", "count", "first_seq", "future", "nbytes", "opened_at", "records")
+    __slots__ = ("callbacks", "count", "first_seq", "future", "meta", "nbytes", "opened_at", "payload", "records")
 
     def __init__(self, first_seq: int, opened_at: float, future: asyncio.Future[tuple[int, int, int]]) -> None:
         self.records: list[Record] = []
@@ -45,6 +45,9 @@ class Batch:
         self.opened_at = opened_at
         self.future = future
         self.callbacks: list[tuple[int, SendCallback]] | None = None
+        # The sealed form, kept until the receipt so the batch can be resent after a reconnect.
+        self.meta: dict[str, Any] | None = None
+        self.payload: bytes | None = None
 
     def add(self, record: Record, size: int) -> int:
         """Append a record; return its index in the batch."""

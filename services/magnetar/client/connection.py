@@ -9,9 +9,16 @@ iteration leaves in one ``transport.write`` (one syscall) instead of one each. T
 per-frame allocation beyond the command map itself, is most of what keeps the client near its
 throughput target.
 
-Reconnection is not attempted here: when the connection drops every pending request fails with
-``NotConnected`` and the producers and consumers bound to it are told, so callers see the failure
-instead of waiting forever. (Pulsar reconnects transparently; see the package notes.)
+A connection never reconnects itself: when it drops, every pending request fails with
+``NotConnected`` and the producers and consumers registered on it are told (``_connection_lost``),
+and they re-attach through a lookup (``reconnect.Attachment``), possibly to another broker. The
+broker's pushed ``close_producer`` / ``close_consumer`` are routed the same way (``_closed_by_broker``).
+
+Keep-alive, as Pulsar's: when nothing has been read for one ``keep_alive_interval`` the client
+sends a ``ping``; if the next interval passes with still nothing read, the broker is taken for dead
+(paused, or cut off without a FIN) and the connection is closed, which starts the reconnection.
+Without it a producer whose broker was SIGSTOPped would wait for TCP to give up, for many minutes.
+The reader only sets a flag per read; the timer does the rest, so the hot path pays nothing.
 """
 
 from __future__ import annotations
@@ -43,40 +50,59 @@ _READ_SIZE = 256 * 1024
 _SCHEMES = ("magnetar://", "pulsar://", "tcp://")
 
 
-def parse_service_url(url: str) -> tuple[str, int]:
-    """``magnetar://host:port`` (or ``pulsar://``, ``tcp://``, bare ``host:port``) → (host, port)."""
+def _strip_scheme(url: str) -> str:
     rest = url.strip()
     for scheme in _SCHEMES:
         if rest.startswith(scheme):
-            rest = rest[len(scheme) :]
-            break
-    else:
-        if "://" in rest:
-            raise InvalidTopicName(f"unsupported service URL scheme in {url!r}")
-    rest = rest.rstrip("/")
-    if "," in rest:  # Pulsar allows several hosts; we take the first, as a bootstrap address.
-        rest = rest.split(",", 1)[0]
-    host, sep, port = rest.rpartition(":")
+            return rest[len(scheme) :].rstrip("/")
+    if "://" in rest:
+        raise InvalidTopicName(f"unsupported service URL scheme in {url!r}")
+    return rest.rstrip("/")
+
+
+def _host_port(hostport: str) -> tuple[str, int]:
+    host, sep, port = hostport.strip().rpartition(":")
     if not sep:
-        return rest, DEFAULT_PORT
+        return hostport.strip(), DEFAULT_PORT
     return host.strip("[]"), int(port)
+
+
+def parse_service_url(url: str) -> tuple[str, int]:
+    """``magnetar://host:port`` (or ``pulsar://``, ``tcp://``, bare ``host:port``) → (host, port).
+
+    For a multi-host URL (``magnetar://h1:1,h2:2``) this is the first host; ``service_urls`` gives all.
+    """
+    return _host_port(_strip_scheme(url).split(",", 1)[0])
+
+
+def service_urls(url: str) -> list[str]:
+    """Every broker of a service URL, normalized: ``magnetar://h1:p1,h2:p2`` lists two, as in Pulsar."""
+    hosts = [h for h in _strip_scheme(url).split(",") if h.strip()]
+    if not hosts:
+        raise InvalidTopicName(f"no host in service URL {url!r}")
+    return [_key(*_host_port(h)) for h in hosts]
+
+
+def _key(host: str, port: int) -> str:
+    return f"magnetar://{host}:{port}"
 
 
 def normalize_url(url: str) -> str:
     """Canonical key for the connection pool, so redirects to the same broker share a connection."""
-    host, port = parse_service_url(url)
-    return f"magnetar://{host}:{port}"
+    return _key(*parse_service_url(url))
 
 
 class ProducerHandler(Protocol):
     def _on_receipt(self, seq: int, ledger: int, entry: int) -> None: ...
     def _on_send_error(self, seq: int, exc: MagnetarError) -> None: ...
-    def _on_connection_closed(self, exc: MagnetarError) -> None: ...
+    def _connection_lost(self, conn: Connection, exc: MagnetarError) -> None: ...
+    def _closed_by_broker(self, conn: Connection) -> None: ...
 
 
 class ConsumerHandler(Protocol):
     def _on_message(self, frame: dict[str, Any]) -> None: ...
-    def _on_connection_closed(self, exc: MagnetarError) -> None: ...
+    def _connection_lost(self, conn: Connection, exc: MagnetarError) -> None: ...
+    def _closed_by_broker(self, conn: Connection) -> None: ...
 
 
 class Connection:
@@ -89,6 +115,7 @@ class Connection:
         writer: asyncio.StreamWriter,
         *,
         operation_timeout: float,
+        keep_alive_interval: float = 30.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     ) -> None:
         self.url = url
@@ -105,11 +132,24 @@ class Connection:
         self._out: list[Any] = []
         self._next_rid = 0
         self._closed_exc: MagnetarError | None = None
+        self._heard = True  # something was read since the last keep-alive tick
+        self._ping_outstanding = False
+        self._keep_alive = keep_alive_interval
+        self._keep_alive_handle: asyncio.TimerHandle | None = None
+        if keep_alive_interval > 0:
+            self._keep_alive_handle = self._loop.call_later(keep_alive_interval, self._keep_alive_tick)
         self._reader_task = self._loop.create_task(self._read_loop(), name=f"magnetar-reader {url}")
 
     @classmethod
-    async def open(cls, url: str, *, operation_timeout: float, connect_timeout: float = 10.0) -> Connection:
-        """Connect and run the ``connect``/``connected`` handshake."""
+    async def open(
+        cls, url: str, *, operation_timeout: float, connect_timeout: float = 10.0, keep_alive_interval: float = 30.0
+    ) -> Connection:
+        """Connect and run the ``connect``/``connected`` handshake, both within ``connect_timeout``.
+
+        The handshake is bounded by the connect timeout too, not the (longer) operation timeout:
+        a paused broker accepts TCP connections (the kernel does) but never answers, and a
+        reconnecting client should move on to the next broker quickly.
+        """
         host, port = parse_service_url(url)
         try:
             reader, writer = await asyncio.wait_for(
@@ -119,14 +159,21 @@ class Connection:
             raise Timeout(f"connecting to {url} timed out after {connect_timeout}s") from exc
         except OSError as exc:
             raise NotConnected(f"cannot connect to {url}: {exc}") from exc
-        conn = cls(normalize_url(url), reader, writer, operation_timeout=operation_timeout)
+        conn = cls(
+            normalize_url(url),
+            reader,
+            writer,
+            operation_timeout=operation_timeout,
+            keep_alive_interval=keep_alive_interval,
+        )
         try:
             answer = await conn.request(
                 {
                     "t": cmds.CONNECT,
                     "client_version": CLIENT_VERSION,
                     "protocol_version": cmds.PROTOCOL_VERSION,
-                }
+                },
+                connect_timeout,
             )
         except BaseException:
             conn.close()
@@ -185,6 +232,18 @@ class Connection:
             raise
         return fut
 
+    def request_nowait(self, cmd: dict[str, Any]) -> None:
+        """Send a best-effort request whose answer nobody waits for (a failure is not an error).
+
+        Used to tidy up on the broker (close a registration we no longer want) without making
+        the caller wait for, or handle, the outcome.
+        """
+        try:
+            fut = self.request_future(cmd)
+        except MagnetarError:
+            return
+        fut.add_done_callback(_ignore_outcome)
+
     async def request(self, cmd: dict[str, Any], limit_seconds: float | None = None) -> dict[str, Any]:
         """Send a request and wait for its answer, at most ``limit_seconds`` (default: operation timeout)."""
         fut = self.request_future(cmd)
@@ -209,6 +268,7 @@ class Connection:
                 data = await read(_READ_SIZE)
                 if not data:
                     break
+                self._heard = True
                 for frame in feed(data):
                     dispatch(frame)
         except MagnetarError as err:  # malformed or oversized frame from the broker
@@ -244,6 +304,16 @@ class Connection:
             return
         if t == cmds.PONG:
             return
+        if t == cmds.CLOSE_PRODUCER and "rid" not in frame:  # pushed: topic unloaded or moved
+            producer = self._producers.pop(frame.get("producer_id", -1), None)
+            if producer is not None:
+                producer._closed_by_broker(self)
+            return
+        if t == cmds.CLOSE_CONSUMER and "rid" not in frame:
+            consumer = self._consumers.pop(frame.get("consumer_id", -1), None)
+            if consumer is not None:
+                consumer._closed_by_broker(self)
+            return
         rid = frame.get("rid")
         if rid is None:
             if t == cmds.ERROR:
@@ -260,23 +330,45 @@ class Connection:
         else:
             fut.set_result(frame)
 
+    # ---------------------------------------------------------------- keep-alive
+
+    def _keep_alive_tick(self) -> None:
+        self._keep_alive_handle = None
+        if self._closed_exc is not None:
+            return
+        if self._heard:
+            self._heard = False
+            self._ping_outstanding = False
+        elif self._ping_outstanding:
+            log.warning("broker %s did not answer a keep-alive ping within %.1fs", self.url, self._keep_alive)
+            self._shutdown(NotConnected(f"broker {self.url} stopped answering (keep-alive ping unanswered)"))
+            self._reader_task.cancel()
+            return
+        else:
+            self._ping_outstanding = True
+            self.write({"t": cmds.PING})
+        self._keep_alive_handle = self._loop.call_later(self._keep_alive, self._keep_alive_tick)
+
     # ---------------------------------------------------------------- closing
 
     def _shutdown(self, exc: MagnetarError) -> None:
         if self._closed_exc is not None:
             return
         self._closed_exc = exc
+        if self._keep_alive_handle is not None:
+            self._keep_alive_handle.cancel()
+            self._keep_alive_handle = None
         self._out.clear()
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(exc)
-        for producer in list(self._producers.values()):
-            producer._on_connection_closed(exc)
-        for consumer in list(self._consumers.values()):
-            consumer._on_connection_closed(exc)
-        self._producers.clear()
-        self._consumers.clear()
+        producers, self._producers = self._producers, {}
+        consumers, self._consumers = self._consumers, {}
+        for producer in producers.values():
+            producer._connection_lost(self, exc)
+        for consumer in consumers.values():
+            consumer._connection_lost(self, exc)
         self._writer.close()
 
     def close(self) -> None:
@@ -295,3 +387,8 @@ class Connection:
             await self._writer.wait_closed()
         except OSError:
             pass
+
+
+def _ignore_outcome(fut: asyncio.Future[dict[str, Any]]) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -10,6 +10,10 @@ frame (with a ``rid``) goes out at the end of the iteration. The broker answers 
 once the acks are durable; ``close()`` waits for those answers, so acks made before ``close`` are
 durable when it returns. Negative acks are coalesced the same way into one ``redeliver``; the
 broker redelivers at once (Pulsar would wait ``negative_ack_redelivery_delay_ms``).
+
+Each ``PartitionConsumer`` re-subscribes on its own when its broker goes away or hands the topic
+over (``reconnect.Attachment``; what is kept and what is dropped is in its class docstring), so a
+partitioned consumer keeps receiving from the partitions that were not affected.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from magnetar.client.connection import Connection
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError
 from magnetar.client.message import EntryInfo, Message
 from magnetar.client.options import ConsumerType, InitialPosition
+from magnetar.client.reconnect import Attachment, Resolver
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.batch import META_BATCHED, META_COUNT, META_PUBLISH_TIME, decode_batch
 from magnetar.protocol.errors import AlreadyClosed, MagnetarError, NotConnected, Timeout
@@ -34,15 +39,24 @@ from magnetar.protocol.message_id import MessageId
 log = logging.getLogger(__name__)
 
 
-class PartitionConsumer:
-    """A consumer on one (non-partitioned, or single partition) topic, over one connection."""
+class PartitionConsumer(Attachment):
+    """A consumer on one (non-partitioned, or single partition) topic, attached to its owner's connection.
+
+    On every re-attach (``reconnect.Attachment``) it subscribes again with the same subscription,
+    type and consumer name, and starts afresh as Pulsar's consumer does: the messages still queued
+    for the application are dropped (the broker redelivers them, they were never acknowledged),
+    the permit count restarts at ``receiver_queue_size``, and ``epoch`` moves on so that messages
+    handed out before the reconnect no longer count towards permits of the new registration.
+    Acknowledgements are never dropped: those made while detached, and those whose answer was lost
+    with the old connection, are sent on the new registration (an ack for an entry the broker
+    already has acked is ignored by it).
+    """
 
     def __init__(
         self,
-        conn: Connection,
+        resolver: Resolver,
         topic: str,
         partition: int,
-        consumer_id: int,
         *,
         subscription: str,
         consumer_type: ConsumerType,
@@ -51,46 +65,90 @@ class PartitionConsumer:
         consumer_name: str | None,
         deliver: Callable[[list[Message]], None],
         on_closed: Callable[[MagnetarError], None],
+        discard_queued: Callable[[PartitionConsumer], None],
     ) -> None:
-        self._conn = conn
+        super().__init__(resolver)
         self.topic = topic
         self.partition = partition
-        self.consumer_id = consumer_id
+        self.consumer_id = -1
+        self.epoch = 0
         self._subscription = subscription
         self._type = consumer_type
         self._initial_position = initial_position
         self._consumer_name = consumer_name
         self._deliver = deliver
         self._on_closed = on_closed
-        self._loop = asyncio.get_running_loop()
+        self._discard_queued = discard_queued
         self.permits = FlowPermits(receiver_queue_size)
         self.tracker = BatchAckTracker()
         self._acks: list[Position] = []
         self._cumulative: Position | None = None
         self._nacks: set[Position] = set()
         self._flush_scheduled = False
-        self._outstanding: set[asyncio.Future[dict[str, Any]]] = set()
-        self.closed: MagnetarError | None = None
+        # Ack requests awaiting their answer, with the command (resent if the answer is lost).
+        self._outstanding: dict[asyncio.Future[dict[str, Any]], dict[str, Any]] = {}
 
-    async def subscribe(self) -> None:
+    @property
+    def closed(self) -> MagnetarError | None:
+        return self._closed
+
+    # ---------------------------------------------------------------- attaching
+
+    async def _attach(self, conn: Connection) -> None:
+        cid = self._resolver.next_id()
         cmd: dict[str, Any] = {
             "t": cmds.SUBSCRIBE,
             "topic": self.topic,
             "subscription": self._subscription,
-            "consumer_id": self.consumer_id,
+            "consumer_id": cid,
             "sub_type": self._type.value,
             "initial_position": self._initial_position.value,
         }
         if self._consumer_name:
             cmd["consumer_name"] = self._consumer_name
         # Registered before asking, so an entry pushed right after `success` is not dropped.
-        self._conn.register_consumer(self.consumer_id, self)
+        conn.register_consumer(cid, self)
         try:
-            await self._conn.request(cmd)
-        except BaseException:
-            self._conn.unregister_consumer(self.consumer_id)
+            await conn.request(cmd)
+        except BaseException as exc:
+            conn.unregister_consumer(cid)
+            if isinstance(exc, Timeout):  # it may exist late, and an exclusive one would lock us out
+                conn.request_nowait({"t": cmds.CLOSE_CONSUMER, "consumer_id": cid})
             raise
-        self._conn.write({"t": cmds.FLOW, "consumer_id": self.consumer_id, "permits": self.permits.initial()})
+        if self._closed is not None:
+            conn.unregister_consumer(cid)
+            conn.request_nowait({"t": cmds.CLOSE_CONSUMER, "consumer_id": cid})
+            return
+        try:
+            conn.write({"t": cmds.FLOW, "consumer_id": cid, "permits": self.permits.initial()})
+        except MagnetarError as exc:
+            conn.unregister_consumer(cid)
+            raise NotConnected(f"connection to {conn.url} lost while subscribing: {exc}") from exc
+        self.consumer_id = cid
+        self._conn = conn
+        self._attached.set()
+        if self._acks or self._cumulative is not None:
+            self._schedule_flush()
+
+    def _connection_lost(self, conn: Connection, exc: MagnetarError) -> None:
+        if conn is self._conn:
+            self._reset(exc)
+
+    def _closed_by_broker(self, conn: Connection) -> None:
+        if conn is self._conn:
+            self._reset(NotConnected(f"broker {conn.url} closed the consumer on {self.topic}"))
+
+    def _reset(self, exc: MagnetarError) -> None:
+        """Detached: forget what the broker will redeliver anyway, keep the acks, re-attach."""
+        self.epoch += 1
+        self.permits = FlowPermits(self.permits.queue_size)
+        self._nacks.clear()  # every unacknowledged entry comes back after the re-subscribe
+        self._discard_queued(self)
+        self._detach(exc)
+
+    def _give_up(self, exc: MagnetarError) -> None:
+        self._closed = exc
+        self._on_closed(exc)
 
     # ---------------------------------------------------------------- incoming
 
@@ -107,7 +165,9 @@ class PartitionConsumer:
             return
         batched = bool(meta.get(META_BATCHED, True))
         n = len(records)
-        info = EntryInfo(position, n, meta.get(META_PUBLISH_TIME, 0), frame.get("redelivery_count", 0), self, batched)
+        info = EntryInfo(
+            position, n, meta.get(META_PUBLISH_TIME, 0), frame.get("redelivery_count", 0), self, batched, self.epoch
+        )
         if batched:
             info.unacked = self.tracker.track(position, n)
             self._deliver(list(map(Message, records, repeat(info, n), range(n))))
@@ -117,18 +177,23 @@ class PartitionConsumer:
     def return_permits(self, n: int) -> None:
         """Count ``n`` messages as consumed; send a ``flow`` when half the queue has been."""
         grant = self.permits.consumed(n)
-        if grant and self.closed is None:
+        if grant:
             self._send({"t": cmds.FLOW, "consumer_id": self.consumer_id, "permits": grant})
 
+    def message_consumed(self, info: EntryInfo) -> None:
+        """One message of ``info``'s entry was handed to the application (from another thread's queue pop)."""
+        if info.epoch == self.epoch:
+            self.return_permits(1)
+
     def _send(self, cmd: dict[str, Any]) -> None:
+        """Write a fire-and-forget command; detached, it is dropped (the re-subscribe resets that state)."""
+        conn = self._conn
+        if conn is None:
+            return
         try:
-            self._conn.write(cmd)
+            conn.write(cmd)
         except MagnetarError as exc:
             log.debug("dropping %s for %s: %s", cmd["t"], self.topic, exc)
-
-    def _on_connection_closed(self, exc: MagnetarError) -> None:
-        self.closed = exc
-        self._on_closed(exc)
 
     # ---------------------------------------------------------------- acks
 
@@ -144,6 +209,11 @@ class PartitionConsumer:
             self._flush_scheduled = True
             self._loop.call_soon(self.flush_acks)
 
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush_acks)
+
     def acknowledge_cumulative(self, position: Position, index: int) -> None:
         if self._type in (ConsumerType.Shared, ConsumerType.KeyShared):
             raise CumulativeAcknowledgementNotAllowedError(
@@ -154,23 +224,26 @@ class PartitionConsumer:
             return
         if self._cumulative is None or target > self._cumulative:
             self._cumulative = target
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self.flush_acks)
+        self._schedule_flush()
 
     def negative_acknowledge(self, position: Position) -> None:
         self._nacks.add(position)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self.flush_acks)
+        self._schedule_flush()
 
     def flush_acks(self) -> None:
-        """Send what was acked (and nacked) since the last flush: at most one frame of each kind."""
+        """Send what was acked (and nacked) since the last flush: at most one frame of each kind.
+
+        Detached, acks wait for the next attach (which flushes them); nacks are dropped, since
+        the re-subscribe redelivers every unacknowledged entry anyway.
+        """
         self._flush_scheduled = False
-        if self.closed is not None:
+        if self._closed is not None:
             self._acks.clear()
             self._nacks.clear()
             self._cumulative = None
+            return
+        if self._conn is None:
+            self._nacks.clear()
             return
         if self._acks:
             positions, self._acks = self._acks, []
@@ -197,43 +270,93 @@ class PartitionConsumer:
             self._send({"t": cmds.REDELIVER, "consumer_id": self.consumer_id, "positions": nacks})
 
     def _ack_request(self, cmd: dict[str, Any]) -> None:
+        conn = self._conn
+        assert conn is not None
         try:
-            fut = self._conn.request_future(cmd)
-        except MagnetarError as exc:
-            log.warning("acks for %s not sent: %s", self.topic, exc)
+            fut = conn.request_future(cmd)
+        except MagnetarError as exc:  # closed under us before we were told: keep the acks, re-attach
+            self._requeue(cmd)
+            if self._conn is conn:
+                self._reset(exc)
             return
-        self._outstanding.add(fut)
+        self._outstanding[fut] = cmd
         fut.add_done_callback(self._ack_done)
 
     def _ack_done(self, fut: asyncio.Future[dict[str, Any]]) -> None:
-        self._outstanding.discard(fut)
-        if not fut.cancelled() and fut.exception() is not None:
-            log.warning("acknowledgement on %s failed: %s", self.topic, fut.exception())
+        cmd = self._outstanding.pop(fut)
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is None:
+            return
+        if self._closed is None and (self._conn is None or cmd["consumer_id"] != self.consumer_id):
+            self._requeue(cmd)  # lost with the old registration: send it on the new one
+        else:
+            log.warning("acknowledgement on %s failed: %s", self.topic, exc)
 
-    async def wait_acks_durable(self, limit_seconds: float) -> None:
-        """Flush pending acks, then wait (bounded) for the broker to confirm all of them."""
-        self.flush_acks()
-        if self._outstanding:
-            await asyncio.wait(list(self._outstanding), timeout=limit_seconds)
+    def _requeue(self, cmd: dict[str, Any]) -> None:
+        positions: list[Position] = [(p[0], p[1]) for p in cmd["positions"]]
+        if cmd["kind"] == cmds.ACK_CUMULATIVE:
+            if self._cumulative is None or positions[0] > self._cumulative:
+                self._cumulative = positions[0]
+        else:
+            self._acks.extend(positions)
+        if self._conn is not None:
+            self._schedule_flush()
+
+    @property
+    def acks_pending(self) -> bool:
+        """Acks not yet confirmed durable by the broker (queued, or sent and unanswered)."""
+        return bool(self._acks) or self._cumulative is not None or bool(self._outstanding)
+
+    async def wait_acks_durable(self, limit_seconds: float) -> bool:
+        """Flush pending acks and wait until the broker confirms them all; False if time ran out first.
+
+        Spans reconnects: acks lost with a connection are requeued and sent again once attached.
+        """
+        deadline = self._loop.time() + limit_seconds
+        while self.acks_pending and self._closed is None:
+            remaining = deadline - self._loop.time()
+            if remaining <= 0 or not await self._wait_attached(remaining):
+                return False
+            self.flush_acks()
+            if self._outstanding:
+                await asyncio.wait(list(self._outstanding), timeout=max(deadline - self._loop.time(), 0))
+        return not self.acks_pending
 
     # ---------------------------------------------------------------- closing
 
     async def close(self, *, unsubscribe: bool = False) -> None:
-        if self.closed is not None:
+        """Close (or unsubscribe) on the broker, after acks made before it are durable.
+
+        Everything is bounded by the operation timeout: with the broker gone, close gives up
+        waiting (logging that acks may not be durable) instead of hanging; unsubscribe raises.
+        """
+        if self._closed is not None:
             if unsubscribe:
-                raise self.closed
+                raise self._closed
             return
-        await self.wait_acks_durable(self._conn.operation_timeout)
+        limit = self._resolver.operation_timeout
+        deadline = self._loop.time() + limit
+        if not await self.wait_acks_durable(limit):
+            log.warning("closing consumer on %s: acknowledgements may not be durable (broker unreachable)", self.topic)
         kind = cmds.UNSUBSCRIBE if unsubscribe else cmds.CLOSE_CONSUMER
+        attached = await self._wait_attached(deadline - self._loop.time())
+        conn = self._conn
+        self._closed = AlreadyClosed(f"consumer on {self.topic} is closed")
+        await self._stop_reattaching()
+        self._conn = None
         try:
-            await self._conn.request({"t": kind, "consumer_id": self.consumer_id})
+            if not attached or conn is None:
+                raise NotConnected(f"{kind} on {self.topic}: not connected to its broker")
+            await conn.request({"t": kind, "consumer_id": self.consumer_id}, max(deadline - self._loop.time(), 0.001))
         except (NotConnected, Timeout) as exc:
             if unsubscribe:
                 raise
             log.debug("%s on %s: %s", kind, self.topic, exc)
         finally:
-            self.closed = AlreadyClosed(f"consumer on {self.topic} is closed")
-            self._conn.unregister_consumer(self.consumer_id)
+            if conn is not None:
+                conn.unregister_consumer(self.consumer_id)
 
 
 class Consumer:
@@ -274,6 +397,23 @@ class Consumer:
         self._queue.extend(messages)
         if self._waiters:
             self._wake_one()
+
+    def _discard_queued(self, part: PartitionConsumer) -> None:
+        """Drop the queued, not yet received messages of ``part`` (it reconnected; they come again).
+
+        Removes in place rather than rebuilding the deque: the blocking consumer pops from it on
+        another thread, and a message it already took is the application's and must stay taken.
+        """
+        queue = self._queue
+        drop = [m for m in queue if m._info.owner is part]
+        if len(drop) == len(queue):
+            queue.clear()
+            return
+        for m in drop:
+            try:
+                queue.remove(m)
+            except ValueError:
+                pass
 
     def _on_partition_closed(self, exc: MagnetarError) -> None:
         if self._error is None:
@@ -323,8 +463,9 @@ class Consumer:
         if not queue:
             await self._wait(None if timeout_millis is None else timeout_millis / 1000.0)
         msg = queue.popleft()
-        owner = msg._info.owner
-        if owner is not None:
+        info = msg._info
+        owner = info.owner
+        if owner is not None and info.epoch == owner.epoch:
             permits = owner.permits
             permits.available += 1
             if permits.available >= permits.threshold:
@@ -344,8 +485,9 @@ class Consumer:
             except AlreadyClosed:
                 raise StopAsyncIteration from None
         msg = queue.popleft()
-        owner = msg._info.owner
-        if owner is not None:
+        info = msg._info
+        owner = info.owner
+        if owner is not None and info.epoch == owner.epoch:
             permits = owner.permits
             permits.available += 1
             if permits.available >= permits.threshold:

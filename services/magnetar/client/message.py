@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class EntryInfo:
     """What every message of one entry (one stored batch) has in common."""
 
-    __slots__ = ("batched", "count", "owner", "position", "publish_time", "redelivery_count", "unacked")
+    __slots__ = ("batched", "count", "epoch", "owner", "position", "publish_time", "redelivery_count", "unacked")
 
     def __init__(
         self,
@@ -28,6 +28,7 @@ class EntryInfo:
         redelivery_count: int,
         owner: PartitionConsumer | None,
         batched: bool,
+        epoch: int = 0,
     ) -> None:
         self.position = position
         self.count = count
@@ -35,6 +36,9 @@ class EntryInfo:
         self.redelivery_count = redelivery_count
         self.owner = owner
         self.batched = batched
+        # The owner's registration this entry arrived on: after a reconnect, consuming messages
+        # of an earlier one must not grant permits to the new one (they were never charged there).
+        self.epoch = epoch
         # The tracker's live set of this entry's unacknowledged batch indexes (None: one message).
         self.unacked: set[int] | None = None
 

@@ -2,7 +2,8 @@
 
 ``PartitionProducer`` owns the send path: batching (count, bytes, delay), sequence ids, the
 in-flight queue matched against receipts (the broker answers in ``seq`` order, so matching is a
-``popleft``), the send timeout, and back-pressure through ``max_pending_messages``. ``Producer``
+``popleft``), the send timeout, back-pressure through ``max_pending_messages``, and (through
+``reconnect.Attachment``) staying attached to the topic's owner, resending what is unacknowledged. ``Producer``
 is what users hold: for a partitioned topic it routes each message to a partition
 (``routing.RoundRobinRouter``), otherwise it forwards to its single partition producer.
 
@@ -21,6 +22,7 @@ from typing import Any
 from magnetar.client.batch_builder import RECORD_OVERHEAD, Batch, SendCallback, SendReceipt
 from magnetar.client.connection import Connection
 from magnetar.client.errors import ProducerQueueIsFull
+from magnetar.client.reconnect import Attachment, Resolver
 from magnetar.client.routing import RoundRobinRouter
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.compression import CompressionType
@@ -29,9 +31,11 @@ from magnetar.protocol.errors import (
     MagnetarError,
     MessageTooLarge,
     NotConnected,
+    RetryableError,
     Timeout,
     Unsupported,
 )
+from magnetar.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 from magnetar.protocol.message_id import MessageId
 
 log = logging.getLogger(__name__)
@@ -86,24 +90,32 @@ class ProducerConfig:
         self.batching_max_publish_delay_ms = batching_max_publish_delay_ms
 
 
-class PartitionProducer:
-    """Producer on one (non-partitioned, or single partition) topic, over one connection."""
+class PartitionProducer(Attachment):
+    """Producer on one (non-partitioned, or single partition) topic, attached to its owner's connection.
 
-    def __init__(self, conn: Connection, topic: str, partition: int, producer_id: int, config: ProducerConfig) -> None:
-        self._conn = conn
+    Unacknowledged batches stay in ``_inflight`` (in ``seq`` order, sealed payload kept) whether or
+    not the producer is attached. While detached, sealed batches just join that queue; on every
+    (re)attach the whole queue is written again, in order, with the same sequence ids and the same
+    producer name, before any newer batch: the broker sees one gap-free, ordered stream per
+    producer name, and may deduplicate by (producer name, seq). Each batch completes exactly once —
+    by its receipt, a non-retryable ``send_error``, its send timeout, or close — because whichever
+    comes first pops it from the queue.
+    """
+
+    def __init__(self, resolver: Resolver, topic: str, partition: int, config: ProducerConfig) -> None:
+        super().__init__(resolver)
         self.topic = topic
         self.partition = partition
-        self.producer_id = producer_id
+        self.producer_id = -1
         self._cfg = config
-        self._loop = asyncio.get_running_loop()
         self.producer_name = config.producer_name or ""
         self.last_sequence_id = -1
         self._next_seq = 0
+        self._ever_attached = False
         self._batching = config.batching_enabled
         self._max_messages = config.batching_max_messages
-        self._max_message_size = conn.max_message_size
-        # A batch must also fit the broker's limit, whatever the user asked for.
-        self._max_bytes = min(config.batching_max_allowed_size_in_bytes, conn.max_message_size)
+        self._max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+        self._max_bytes = min(config.batching_max_allowed_size_in_bytes, self._max_message_size)
         self._delay = config.batching_max_publish_delay_ms / 1000.0
         self._timeout = config.send_timeout_millis / 1000.0
         self.max_pending = config.max_pending_messages
@@ -113,26 +125,85 @@ class PartitionProducer:
         self.pending = 0  # messages in the open batch plus in flight
         self._capacity_waiters: list[asyncio.Future[None]] = []
         self._timeout_handle: asyncio.TimerHandle | None = None
-        self._closed: MagnetarError | None = None
         # Told how many messages completed (either way); the sync layer counts in-flight with it.
         self.completion_listener: Callable[[int], None] | None = None
         # Told when a batch is sealed; the partitioned producer moves round robin on with it.
         self.seal_listener: Callable[[int], None] | None = None
 
-    async def register(self) -> None:
-        cmd: dict[str, Any] = {"t": cmds.PRODUCER, "topic": self.topic, "producer_id": self.producer_id}
-        if self._cfg.producer_name:
-            cmd["producer_name"] = self._cfg.producer_name
-        self._conn.register_producer(self.producer_id, self)
+    # ---------------------------------------------------------------- attaching
+
+    async def _attach(self, conn: Connection) -> None:
+        """Register as a producer on ``conn``; on success resend every unacknowledged batch in order."""
+        pid = self._resolver.next_id()
+        cmd: dict[str, Any] = {"t": cmds.PRODUCER, "topic": self.topic, "producer_id": pid}
+        # After the first attach the broker-assigned name is kept: deduplication is keyed by it.
+        name = self.producer_name or self._cfg.producer_name
+        if name:
+            cmd["producer_name"] = name
+        conn.register_producer(pid, self)
         try:
-            answer = await self._conn.request(cmd)
-        except BaseException:
-            self._conn.unregister_producer(self.producer_id)
+            answer = await conn.request(cmd)
+        except BaseException as exc:
+            conn.unregister_producer(pid)
+            if isinstance(exc, Timeout):  # it may still be created late: do not leave it behind
+                conn.request_nowait({"t": cmds.CLOSE_PRODUCER, "producer_id": pid})
             raise
+        if self._closed is not None:  # closed while we were waiting
+            conn.unregister_producer(pid)
+            conn.request_nowait({"t": cmds.CLOSE_PRODUCER, "producer_id": pid})
+            return
+        self.producer_id = pid
         self.producer_name = str(answer.get("producer_name") or self.producer_name)
-        last = answer.get("last_sequence_id")
-        self.last_sequence_id = int(last) if last is not None else -1
-        self._next_seq = self.last_sequence_id + 1
+        if not self._ever_attached:
+            self._ever_attached = True
+            last = answer.get("last_sequence_id")
+            self.last_sequence_id = int(last) if last is not None else -1
+            self._next_seq = self.last_sequence_id + 1
+        self._max_message_size = conn.max_message_size
+        self._max_bytes = min(self._cfg.batching_max_allowed_size_in_bytes, conn.max_message_size)
+        try:
+            for batch in self._inflight:
+                conn.write(self._send_cmd(batch))
+        except MagnetarError as exc:  # the connection died under us: its loss was not ours to see
+            conn.unregister_producer(pid)
+            raise NotConnected(f"connection to {conn.url} lost while resending: {exc}") from exc
+        self._conn = conn
+        self._attached.set()
+
+    def _send_cmd(self, batch: Batch) -> dict[str, Any]:
+        return {
+            "t": cmds.SEND,
+            "producer_id": self.producer_id,
+            "seq": batch.first_seq,
+            "meta": batch.meta,
+            "payload": batch.payload,
+        }
+
+    def _connection_lost(self, conn: Connection, exc: MagnetarError) -> None:
+        if conn is self._conn:
+            self._detach(exc)
+
+    def _closed_by_broker(self, conn: Connection) -> None:
+        if conn is self._conn:
+            self._detach(NotConnected(f"broker {conn.url} closed the producer on {self.topic}"))
+
+    def _registration_broken(self, exc: MagnetarError) -> None:
+        """A retryable ``send_error``: drop this registration (telling the broker) and re-attach.
+
+        The broker said the message could not be stored *now* (topic moving, ledger fenced, not
+        enough bookies) or that it no longer knows this producer; the message is not failed but
+        resent, with everything after it, once the producer is attached again.
+        """
+        conn = self._conn
+        if conn is None:
+            return
+        conn.unregister_producer(self.producer_id)
+        conn.request_nowait({"t": cmds.CLOSE_PRODUCER, "producer_id": self.producer_id})
+        self._detach(exc)
+
+    def _give_up(self, exc: MagnetarError) -> None:
+        self._closed = exc
+        self._fail_all(exc)
 
     # ---------------------------------------------------------------- send path
 
@@ -213,7 +284,10 @@ class PartitionProducer:
             self._seal()
 
     def _seal(self) -> None:
-        """Encode the open batch (one msgpack + compress + CRC) and queue its ``send`` frame."""
+        """Encode the open batch (one msgpack + compress + CRC) and queue its ``send`` frame.
+
+        Detached, the sealed batch only joins ``_inflight``; the next attach sends it.
+        """
         batch = self._batch
         if batch is None:
             return
@@ -235,26 +309,31 @@ class PartitionProducer:
                 ),
             )
             return
-        try:
-            self._conn.write(
-                {
-                    "t": cmds.SEND,
-                    "producer_id": self.producer_id,
-                    "seq": batch.first_seq,
-                    "meta": meta,
-                    "payload": payload,
-                }
-            )
-        except MagnetarError as exc:
-            self._complete(batch, exc)
-            return
+        batch.meta = meta
+        batch.payload = payload
         self._inflight.append(batch)
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.write(
+                    {
+                        "t": cmds.SEND,
+                        "producer_id": self.producer_id,
+                        "seq": batch.first_seq,
+                        "meta": meta,
+                        "payload": payload,
+                    }
+                )
+            except MagnetarError as exc:  # closed, and we were not told yet: keep it for the resend
+                self._detach(exc)
         if self._timeout_handle is None and self._timeout > 0:
             self._timeout_handle = self._loop.call_at(batch.opened_at + self._timeout, self._check_timeouts)
 
     # ---------------------------------------------------------------- completions
 
     def _complete(self, batch: Batch, exc: MagnetarError | None, ledger: int = -1, entry: int = -1) -> None:
+        batch.payload = None  # receipts may be held long after; the bytes are not needed any more
+        batch.meta = None
         if exc is None:
             batch.resolve(ledger, entry, self.partition, self._batching)
         else:
@@ -283,6 +362,9 @@ class PartitionProducer:
             self._complete(head, MagnetarError(f"broker skipped the receipt for seq {head.first_seq}"))
 
     def _on_send_error(self, seq: int, exc: MagnetarError) -> None:
+        if isinstance(exc, RetryableError | AlreadyClosed):
+            self._registration_broken(exc)
+            return
         inflight = self._inflight
         while inflight and inflight[0].first_seq <= seq:
             head = inflight.popleft()
@@ -294,9 +376,14 @@ class PartitionProducer:
         self._timeout_handle = None
         now = self._loop.time()
         inflight = self._inflight
-        while inflight and inflight[0].opened_at + self._timeout <= now:
-            batch = inflight.popleft()
-            self._complete(batch, Timeout(f"send not acknowledged within {self._cfg.send_timeout_millis} ms"))
+        if inflight and inflight[0].opened_at + self._timeout <= now:
+            state = "" if self._conn is not None else " (the producer is disconnected and reconnecting)"
+            exc = Timeout(
+                f"message to {self.topic} not acknowledged within {self._cfg.send_timeout_millis} ms"
+                f" (send_timeout_millis){state}"
+            )
+            while inflight and inflight[0].opened_at + self._timeout <= now:
+                self._complete(inflight.popleft(), exc)
         if inflight:
             self._timeout_handle = self._loop.call_at(inflight[0].opened_at + self._timeout, self._check_timeouts)
 
@@ -315,10 +402,6 @@ class PartitionProducer:
                 w.set_exception(exc)
                 w.exception()
 
-    def _on_connection_closed(self, exc: MagnetarError) -> None:
-        self._closed = exc
-        self._fail_all(exc)
-
     # ---------------------------------------------------------------- flush / close
 
     def seal_open_batch(self) -> None:
@@ -331,18 +414,39 @@ class PartitionProducer:
             await asyncio.wait([self._inflight[-1].future])
 
     async def close(self) -> None:
+        """Flush (while attached, for at most the operation timeout), then close on the broker.
+
+        With the broker gone and ``send_timeout_millis=0`` a flush could wait forever, so close
+        waits at most the operation timeout, and not at all when the producer is already
+        detached (as Pulsar's close, which never waits for a reconnection). Whatever is still
+        unacknowledged then fails with ``AlreadyClosed``: its outcome is unknown, it may have
+        been stored.
+        """
         if self._closed is not None:
             return
-        await self.flush()
+        limit = self._resolver.operation_timeout
+        deadline = self._loop.time() + limit
+        self._seal()
+        if self._inflight and self._conn is not None:
+            await asyncio.wait([self._inflight[-1].future], timeout=limit)
         self._closed = AlreadyClosed(f"producer on {self.topic} is closed")
-        try:
-            if not self._conn.closed:
-                await self._conn.request({"t": cmds.CLOSE_PRODUCER, "producer_id": self.producer_id})
-        except (NotConnected, Timeout) as exc:
-            log.debug("close_producer on %s: %s", self.topic, exc)
-        finally:
-            self._conn.unregister_producer(self.producer_id)
-            self._fail_all(self._closed)
+        await self._stop_reattaching()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                if not conn.closed:
+                    remaining = max(deadline - self._loop.time(), 0.001)
+                    await conn.request({"t": cmds.CLOSE_PRODUCER, "producer_id": self.producer_id}, remaining)
+            except (NotConnected, Timeout) as exc:
+                log.debug("close_producer on %s: %s", self.topic, exc)
+            finally:
+                conn.unregister_producer(self.producer_id)
+        unacknowledged = bool(self._inflight) or self._batch is not None
+        self._fail_all(
+            AlreadyClosed(f"producer on {self.topic} closed before the message was acknowledged")
+            if unacknowledged
+            else self._closed
+        )
 
 
 class Producer:

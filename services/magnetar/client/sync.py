@@ -70,12 +70,18 @@ class Client:
         service_url: str = aio.DEFAULT_SERVICE_URL,
         operation_timeout_seconds: float = 30,
         connection_timeout_ms: int = 10000,
+        initial_backoff_interval_ms: int = 100,
+        max_backoff_interval_ms: int = 30000,
+        keep_alive_interval_seconds: float = 30,
     ) -> None:
         self._lt = _LoopThread()
         self._client = aio.Client(
             service_url,
             operation_timeout_seconds=operation_timeout_seconds,
             connection_timeout_ms=connection_timeout_ms,
+            initial_backoff_interval_ms=initial_backoff_interval_ms,
+            max_backoff_interval_ms=max_backoff_interval_ms,
+            keep_alive_interval_seconds=keep_alive_interval_seconds,
         )
         self._closed = False
 
@@ -344,7 +350,7 @@ class Consumer:
                 assert isinstance(item, Message)
                 owner = item._info.owner
                 if owner is not None:
-                    owner.return_permits(1)
+                    owner.message_consumed(item._info)
                 continue
             owner, position, index = c._locate(item)
             if kind == _ACK:
