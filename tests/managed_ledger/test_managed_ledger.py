@@ -143,3 +143,22 @@ def test_mark_delete_is_the_longest_acknowledged_prefix(order: list[int], n_acke
     expected = positions[prefix - 1] if prefix else Position(0, 0)
     assert cursor.mark_delete == expected
     assert cursor.acked == {p for p in acked if p > expected}
+
+
+async def test_a_failed_ledger_is_left_for_a_new_one_on_the_next_add(stack: Stack) -> None:
+    ml = await ManagedLedger.open("t/ns/fail", stack.store, stack.ledgers, ManagedLedgerConfig())
+    await ml.open_cursor("c", start_at_earliest=True)
+    first = [await ml.add_entry(f"{i}".encode()) for i in range(5)]
+    failed_ledger = first[0].ledger_id
+    await stack.ledgers.open(failed_ledger, recovery=True)  # fences it, as a takeover would
+    try:
+        await ml.add_entry(b"lost-write")
+    except Exception as exc:
+        assert "fenced" in str(exc).lower() or "Fenced" in type(exc).__name__
+    else:
+        raise AssertionError("an add to a fenced ledger succeeded")
+    after = await ml.add_entry(b"after")
+    assert after.ledger_id != failed_ledger
+    assert ml.entries_in(failed_ledger) == 5
+    assert await _read_all(ml, ml.first_position) == [b"0", b"1", b"2", b"3", b"4", b"after"]
+    await ml.close()

@@ -24,6 +24,9 @@ class ServerProducer:
     msg_in: int = 0
     bytes_in: int = 0
     created: float = field(default_factory=time.time)
+    # Set by the first failed write: later sends from this registration are refused, so a
+    # message resent after a reconnect can never land behind one sent after it.
+    fenced: BaseException | None = None
 
 
 class Rate:
@@ -89,7 +92,16 @@ class PersistentTopic:
         self.msg_in += count
         self.bytes_in += len(payload)
         entry = msgpack.packb([meta, payload], use_bin_type=True)
-        return asyncio.get_running_loop().create_task(self.ml.add_entry(entry))
+        return asyncio.get_running_loop().create_task(self._store(producer, entry))
+
+    async def _store(self, producer: ServerProducer, entry: bytes) -> Position:
+        if producer.fenced is not None:
+            raise producer.fenced
+        try:
+            return await self.ml.add_entry(entry)
+        except BaseException as exc:
+            producer.fenced = exc
+            raise
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(

@@ -63,6 +63,8 @@ class ManagedLedger:
         self._drained.set()
         self._rolling: asyncio.Future[None] | None = None
         self._rollover_task: asyncio.Task[None] | None = None
+        self._ledger_failed = False
+        self._roll_error: Exception | None = None
         self._read_handles: dict[int, ReadHandle] = {}
         self._cache: OrderedDict[Position, bytes] = OrderedDict()
         self._cache_bytes = 0
@@ -166,6 +168,9 @@ class ManagedLedger:
         while True:
             if self._rolling is not None:
                 await asyncio.shield(self._rolling)
+                if self._roll_error is not None and self._ledger_failed:
+                    # No new ledger (e.g. too few bookies): fail this add; the next one retries.
+                    raise self._roll_error
                 continue
             if self._closed or self._current is None:
                 raise AlreadyClosed(f"managed ledger {self.name} is closed")
@@ -181,6 +186,11 @@ class ManagedLedger:
         self._drained.clear()
         try:
             entry_id = await handle.append_nowait(data)
+        except Exception:
+            if handle is self._current and not self._closed:
+                # The handle's failure is sticky: the next add moves to a new ledger.
+                self._ledger_failed = True
+            raise
         finally:
             self._inflight -= 1
             if self._inflight == 0:
@@ -201,7 +211,8 @@ class ManagedLedger:
         so that a burst of pipelined adds cannot overshoot the limit)."""
         c = self.config
         return (
-            self._issued >= c.max_entries_per_ledger
+            self._ledger_failed
+            or self._issued >= c.max_entries_per_ledger
             or self._issued_bytes >= c.max_bytes_per_ledger
             or (self._issued > 0 and time.monotonic() - self._current_created >= c.max_ledger_seconds)
         )
@@ -214,18 +225,26 @@ class ManagedLedger:
     async def _rollover(self) -> None:
         rolling = self._rolling
         assert rolling is not None
+        self._roll_error = None
         try:
             await self._drained.wait()
             old = self._current
-            if old is not None:
-                await old.close()
+            if old is not None and old.ledger_id in self._infos:
+                try:
+                    await old.close()
+                except Exception as exc:
+                    # A failed ledger may not close (fenced, bookies gone); what was acknowledged
+                    # is known, and the next owner's recovery settles the rest.
+                    log.warning("closing ledger %s of %s failed: %s", old.ledger_id, self.name, exc)
                 self._infos[old.ledger_id].entries = old.last_add_confirmed + 1
                 self._infos[old.ledger_id].closed_at = time.time()
             await self._create_ledger()
+            self._ledger_failed = False
             log.info("managed ledger %s rolled over to ledger %s", self.name, self._ids[-1])
             self.schedule_trim()
-        except Exception:
-            log.exception("roll-over of %s failed", self.name)
+        except Exception as exc:
+            self._roll_error = exc
+            log.warning("roll-over of %s failed: %s", self.name, exc)
         finally:
             self._rolling = None
             if not rolling.done():
