@@ -158,3 +158,19 @@ def test_metrics_and_health(standalone: StandaloneProcess) -> None:
         assert resp.read() == b"ok"
     with urllib.request.urlopen(standalone.admin_url + "/ready") as resp:
         assert resp.status == 200
+
+
+def test_bookie_admin_on_standalone(standalone: StandaloneProcess, topic: str) -> None:
+    client = magnetar.Client(standalone.service_url)
+    try:
+        client.create_producer(topic).send(b"x")  # a ledger now lives on the only bookie
+    finally:
+        client.close()
+    bookies = call(standalone, "GET", "/admin/v2/bookies")[1]
+    assert [b["id"] for b in bookies] == ["standalone-bookie"]
+    assert bookies[0]["decommissioning"] is False
+    assert call(standalone, "GET", "/admin/v2/bookies/underreplicated")[1] == {"count": 0, "ledgers": []}
+    # Draining the only bookie can never finish: refused up front, nothing marked.
+    status, body = call(standalone, "POST", "/admin/v2/bookies/standalone-bookie/decommission?timeout=5")
+    assert status == 412 and "cannot drain" in body["reason"]
+    assert call(standalone, "GET", "/admin/v2/bookies")[1][0]["decommissioning"] is False

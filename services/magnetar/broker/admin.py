@@ -27,6 +27,7 @@ from magnetar.protocol.errors import (
     InvalidTopicName,
     MagnetarError,
     NamespaceNotFound,
+    NotEnoughBookies,
     NotFound,
     TenantNotFound,
     TopicNotFound,
@@ -97,6 +98,9 @@ class AdminServer:
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/ready", self.ready)
         r.add_get("/metrics", self.metrics)
+        r.add_get("/admin/v2/bookies", self.list_bookies)
+        r.add_get("/admin/v2/bookies/underreplicated", self.underreplicated)
+        r.add_post("/admin/v2/bookies/{bookie}/decommission", self.decommission_bookie)
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
@@ -138,6 +142,46 @@ class AdminServer:
         for reg in self.service.extra_registries:
             body += generate_latest(reg)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # ------------------------------------------------------------------ bookies
+    async def list_bookies(self, request: web.Request) -> web.StreamResponse:
+        from magnetar.bookie.underreplication import decommissioning_bookies
+
+        store = self.service.store
+        draining = await decommissioning_bookies(store)
+        out = []
+        for bookie_id in await store.children("/bookies/available"):
+            found = await store.get(f"/bookies/available/{bookie_id}")
+            info = json.loads(found.value) if found else {}
+            out.append({"id": bookie_id, **info, "decommissioning": bookie_id in draining})
+        return web.json_response(out)
+
+    async def underreplicated(self, request: web.Request) -> web.StreamResponse:
+        from magnetar.bookie.underreplication import underreplicated_ledgers
+
+        ledgers = await underreplicated_ledgers(self.service.store)
+        return web.json_response({"count": len(ledgers), "ledgers": ledgers})
+
+    async def decommission_bookie(self, request: web.Request) -> web.StreamResponse:
+        """Drain a bookie (its ledgers re-replicated elsewhere); answers when it may be removed."""
+        from magnetar.bookie.decommission import DecommissionTimeout, decommission
+
+        timeout = float(request.query.get("timeout", "600"))
+        bookie_id = request.match_info["bookie"]
+        try:
+            report = await decommission(self.service.store, self.service.ledgers.bookies, bookie_id, timeout=timeout)
+        except DecommissionTimeout as exc:
+            return web.json_response({"reason": str(exc), "remaining": list(exc.report.remaining)}, status=504)
+        except NotEnoughBookies as exc:
+            return web.json_response({"reason": str(exc)}, status=412)
+        return web.json_response(
+            {
+                "bookie": report.bookie_id,
+                "ledgersMoved": report.ledgers_marked,
+                "seconds": round(report.elapsed_seconds, 3),
+                "complete": report.complete,
+            }
+        )
 
     # ------------------------------------------------------------------ tenants
     async def list_tenants(self, request: web.Request) -> web.StreamResponse:

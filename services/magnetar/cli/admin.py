@@ -26,13 +26,13 @@ class AdminError(Exception):
         self.reason = reason
 
 
-def request(base: str, method: str, path: str, body: Any = None) -> Any:
+def request(base: str, method: str, path: str, body: Any = None, timeout: float = 30) -> Any:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(
         base.rstrip("/") + path, data=data, method=method, headers={"Content-Type": "application/json"}
     )
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
     except urllib.error.HTTPError as exc:
         text = exc.read().decode(errors="replace")
@@ -63,6 +63,18 @@ def _out(value: Any) -> None:
 def run(args: argparse.Namespace) -> Any:
     url = args.admin_url
     g, a = args.group, args.action
+    if g == "bookies":
+        if a == "list":
+            return request(url, "GET", "/admin/v2/bookies")
+        if a == "underreplicated":
+            return request(url, "GET", "/admin/v2/bookies/underreplicated")
+        if a == "decommission":
+            return request(
+                url,
+                "POST",
+                f"/admin/v2/bookies/{args.bookie_id}/decommission?timeout={args.timeout}",
+                timeout=args.timeout + 30,
+            )
     if g == "tenants":
         if a == "list":
             return request(url, "GET", "/admin/v2/tenants")
@@ -135,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="magnetar-admin", description="Administer a Magnetar cluster")
     p.add_argument("--admin-url", default=DEFAULT_URL, help="broker admin URL (env MAGNETAR_ADMIN_URL)")
     groups = p.add_subparsers(dest="group", required=True)
+
+    bk = groups.add_parser("bookies").add_subparsers(dest="action", required=True)
+    bk.add_parser("list")
+    bk.add_parser("underreplicated")
+    sp = bk.add_parser("decommission", help="re-replicate a bookie's ledgers elsewhere before removing it")
+    sp.add_argument("bookie_id")
+    sp.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the drain")
 
     t = groups.add_parser("tenants").add_subparsers(dest="action", required=True)
     t.add_parser("list")

@@ -34,6 +34,11 @@ class LedgerManager:
         self._store = store
         self._bookies = bookies
 
+    @property
+    def bookies(self) -> BookieResolver:
+        """The resolver this manager places and reads ledgers through."""
+        return self._bookies
+
     async def create(
         self,
         ensemble_size: int = 1,
