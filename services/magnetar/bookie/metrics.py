@@ -8,6 +8,7 @@ bookie its own children. The broker or standalone passes the registry it serves 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -34,12 +35,28 @@ class BoundBookieMetrics:
     read_failures: Any
     read_bytes: Any
     read_only: Any
+    underreplicated_ledgers: Any
+    auditor_leader: Any
+    rereplicated_entries: Any
+    rereplicated_ledgers: Any
 
     def add_failed(self, code: str) -> None:
         self.add_failures.labels(self.bookie_id, code).inc()
 
     def read_failed(self, code: str) -> None:
         self.read_failures.labels(self.bookie_id, code).inc()
+
+    def lead_audits(self, count: int) -> None:
+        """This bookie's auditor is the elected one: it reports the cluster's count."""
+        self.auditor_leader.labels(self.bookie_id).set(1)
+        self.underreplicated_ledgers.labels(self.bookie_id).set(count)
+
+    def stop_auditing(self) -> None:
+        """Drop the count series when leadership ends, so that the cluster exports exactly one
+        (the current auditor's) and a summing query never double-counts a stale value."""
+        self.auditor_leader.labels(self.bookie_id).set(0)
+        with contextlib.suppress(KeyError):
+            self.underreplicated_ledgers.remove(self.bookie_id)
 
 
 class BookieMetrics:
@@ -87,6 +104,30 @@ class BookieMetrics:
             label,
             registry=registry,
         )
+        self.underreplicated_ledgers = Gauge(
+            "magnetar_bookie_underreplicated_ledgers",
+            "Ledgers marked under-replicated; exported only by the bookie whose auditor is elected",
+            label,
+            registry=registry,
+        )
+        self.auditor_leader = Gauge(
+            "magnetar_bookie_auditor_leader",
+            "1 while this bookie's auditor is the elected one",
+            label,
+            registry=registry,
+        )
+        self.rereplicated_entries = Counter(
+            "magnetar_bookie_rereplicated_entries",
+            "Entries copied to a replacement bookie by this bookie's replication worker",
+            label,
+            registry=registry,
+        )
+        self.rereplicated_ledgers = Counter(
+            "magnetar_bookie_rereplicated_ledgers",
+            "Under-replicated ledgers this bookie's replication worker repaired",
+            label,
+            registry=registry,
+        )
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None = None) -> BookieMetrics:
@@ -110,4 +151,8 @@ class BookieMetrics:
             read_failures=self.read_failures,
             read_bytes=self.read_bytes.labels(bookie_id),
             read_only=self.read_only.labels(bookie_id),
+            underreplicated_ledgers=self.underreplicated_ledgers,
+            auditor_leader=self.auditor_leader,
+            rereplicated_entries=self.rereplicated_entries.labels(bookie_id),
+            rereplicated_ledgers=self.rereplicated_ledgers.labels(bookie_id),
         )

@@ -9,6 +9,12 @@ let the writer thread finish every queued add before the environment closes.
 A background task re-checks disk usage every ``disk_check_interval`` seconds (adds also check,
 at most once a second) and republishes the registration when the bookie enters or leaves
 read-only mode.
+
+Auto-recovery (``autorecovery``, on by default when there is a metadata store): every bookie
+process runs an auditor candidate (``auditor.py``; one is elected cluster-wide) and a replication
+worker (``replication.py``), so the cluster repairs itself with no extra service to deploy. They
+start after the bookie registered (the auditor must not see its own bookie as lost) and stop
+before it deregisters, the auditor resigning so another candidate takes over at once.
 """
 
 from __future__ import annotations
@@ -18,19 +24,39 @@ import contextlib
 import logging
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from magnetar.bookie.auditor import DEFAULT_GRACE_PERIOD, DEFAULT_RECHECK_INTERVAL, Auditor
 from magnetar.bookie.cookie import Cookie, read_local_cookie, verify_cookie
 from magnetar.bookie.local_client import LocalBookieClient
 from magnetar.bookie.metrics import BookieMetrics
+from magnetar.bookie.replication import (
+    DEFAULT_COPY_CONCURRENCY,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_RETRY_DELAY,
+    ReplicationWorker,
+)
+from magnetar.bookie.resolver import MetadataBookieResolver
 from magnetar.bookie.server import BookieServer
 from magnetar.bookie.storage import BookieStorage
 from magnetar.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 DEFAULT_READONLY_THRESHOLD = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class AutoRecoveryOptions:
+    """Timings of the auditor and the replication worker (short ones make tests fast)."""
+
+    grace_period: float = DEFAULT_GRACE_PERIOD  # a lost bookie may come back this long for free
+    recheck_interval: float = DEFAULT_RECHECK_INTERVAL  # full audit of every ledger
+    poll_interval: float = DEFAULT_POLL_INTERVAL  # workers look for work even without a watch event
+    retry_delay: float = DEFAULT_RETRY_DELAY  # before a worker retries a ledger whose repair failed
+    copy_concurrency: int = DEFAULT_COPY_CONCURRENCY  # entries in flight per fragment copy
 
 
 class BookieService:
@@ -51,6 +77,8 @@ class BookieService:
         advertised_host: str | None = None,
         disk_check_interval: float = 10.0,
         registry: CollectorRegistry | None = None,
+        autorecovery: bool | None = None,
+        autorecovery_options: AutoRecoveryOptions | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
@@ -70,6 +98,13 @@ class BookieService:
         self._storage: BookieStorage | None = None
         self._server: BookieServer | None = None
         self._disk_task: asyncio.Task[None] | None = None
+        if autorecovery and store is None:
+            raise ValueError("autorecovery needs a metadata store")
+        self.autorecovery = store is not None if autorecovery is None else autorecovery
+        self._recovery_options = autorecovery_options or AutoRecoveryOptions()
+        self.auditor: Auditor | None = None
+        self.replication: ReplicationWorker | None = None
+        self._resolver: MetadataBookieResolver | None = None
 
     @property
     def storage(self) -> BookieStorage:
@@ -109,6 +144,41 @@ class BookieService:
             await self._storage.close()
             raise
         self._disk_task = asyncio.get_running_loop().create_task(self._watch_disk())
+        if self.autorecovery and self.store is not None:
+            await self._start_autorecovery(self.store)
+
+    async def _start_autorecovery(self, store: MetadataStore) -> None:
+        opts = self._recovery_options
+        self._resolver = MetadataBookieResolver(store)
+        self.auditor = Auditor(
+            store,
+            self.bookie_id,
+            grace_period=opts.grace_period,
+            recheck_interval=opts.recheck_interval,
+            metrics=self._metrics,
+        )
+        self.replication = ReplicationWorker(
+            store,
+            self._resolver,
+            self.bookie_id,
+            poll_interval=opts.poll_interval,
+            retry_delay=opts.retry_delay,
+            copy_concurrency=opts.copy_concurrency,
+            metrics=self._metrics,
+        )
+        await self.auditor.start()
+        await self.replication.start()
+
+    async def _stop_autorecovery(self) -> None:
+        if self.replication is not None:
+            await self.replication.stop()
+            self.replication = None
+        if self.auditor is not None:
+            await self.auditor.stop()
+            self.auditor = None
+        if self._resolver is not None:
+            await self._resolver.close()
+            self._resolver = None
 
     async def _watch_disk(self) -> None:
         while True:
@@ -130,6 +200,7 @@ class BookieService:
         return now
 
     async def stop(self) -> None:
+        await self._stop_autorecovery()
         if self._disk_task is not None:
             self._disk_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

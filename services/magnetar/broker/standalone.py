@@ -56,6 +56,7 @@ class Standalone:
             bookie_id=STANDALONE_BOOKIE_ID,
             store=self.store,
             registry=bookie_registry,
+            autorecovery=False,  # one bookie: there is nowhere to re-replicate to
         )
         await self.bookie.start()
         resolver = StaticBookieResolver(

@@ -74,6 +74,16 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         )
         state.update(store=store, svc=svc)
         await svc.start()
+        lost = getattr(store, "session_lost", None)
+        if isinstance(lost, asyncio.Event):
+
+            async def exit_on_session_loss(event: asyncio.Event) -> None:
+                await event.wait()
+                # Its registration is gone and another bookie may be replacing it: stop serving.
+                print("magnetar bookie: metadata session lost, exiting", file=sys.stderr, flush=True)
+                os._exit(3)
+
+            state["session_watch"] = asyncio.get_running_loop().create_task(exit_on_session_loss(lost))
         if args.http_port is not None:
             from magnetar.bookie.http import BookieHttpServer
 
