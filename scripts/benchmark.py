@@ -76,82 +76,28 @@ async def _loopback(seconds: float) -> float:
     return count / elapsed
 
 
-class LocalCluster:
-    """``magnetar local-cluster`` on ports clear of the defaults, so a standalone can run beside it."""
+class Service:
+    """A Magnetar server process for one measurement: started, awaited on its banner, stopped."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
+    def __init__(self, argv: list[str], ready_marker: str, url: str | None = None) -> None:
+        self.argv = argv
+        self.ready_marker = ready_marker
+        self.url = url or ""
         self.proc: subprocess.Popen[str] | None = None
-        self.url = "magnetar://127.0.0.1:6750"
 
-    def __enter__(self) -> LocalCluster:
+    def __enter__(self) -> Service:
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "magnetar.cli.main",
-                "--log-level",
-                "WARNING",
-                "local-cluster",
-                "--data-dir",
-                str(self.data_dir),
-                "--etcd-port",
-                "2579",
-                "--bookie-port",
-                "3281",
-                "--broker-port",
-                "6750",
-                "--web-port",
-                "8180",
-            ],
+            [sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", *self.argv],
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=True,
         )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            if "local-cluster ready" in line:
-                break
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(120)
-
-
-class Standalone:
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.proc: subprocess.Popen[str] | None = None
-        self.url = ""
-
-    def __enter__(self) -> Standalone:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "magnetar.cli.main",
-                "--log-level",
-                "WARNING",
-                "standalone",
-                "--data-dir",
-                str(self.data_dir),
-                "--port",
-                "0",
-                "--web-port",
-                "0",
-                "--bookie-port",
-                "0",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            m = re.search(r"service (\S+)", line)
-            if m:
-                self.url = m.group(1)
+            if self.ready_marker in line:
+                m = re.search(r"service (\S+)", line)
+                if m and not self.url:
+                    self.url = m.group(1)
                 break
         return self
 
@@ -165,7 +111,30 @@ class Standalone:
     def __exit__(self, *_: object) -> None:
         if self.proc is not None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
+            self.proc.wait(120)
+
+
+def standalone(data_dir: Path) -> Service:
+    argv = ["standalone", "--data-dir", str(data_dir), "--port", "0", "--web-port", "0", "--bookie-port", "0"]
+    return Service(argv, "standalone ready")
+
+
+def local_cluster(data_dir: Path) -> Service:
+    """``magnetar local-cluster`` on ports clear of the defaults, so a standalone can run beside it."""
+    argv = [
+        "local-cluster",
+        "--data-dir",
+        str(data_dir),
+        "--etcd-port",
+        "2579",
+        "--bookie-port",
+        "3281",
+        "--broker-port",
+        "6750",
+        "--web-port",
+        "8180",
+    ]
+    return Service(argv, "local-cluster ready", url="magnetar://127.0.0.1:6750")
 
 
 def perf(*args: str) -> dict[str, Any]:
@@ -232,7 +201,7 @@ def main() -> int:
 
     pubs, subs, p99s, lat_p99, lat_p50 = [], [], [], [], []
     for run in range(args.runs):
-        with tempfile.TemporaryDirectory() as d, Standalone(Path(d)) as sa:
+        with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as sa:
             produced, consumed = pub_sub_run(sa.url, f"bench-{run}", args.messages)
             pubs.append(produced["msg_per_s"])
             subs.append(consumed["msg_per_s"])
@@ -268,7 +237,7 @@ def main() -> int:
     if args.cluster:
         cpubs, csubs, clat = [], [], []
         for run in range(args.runs):
-            with tempfile.TemporaryDirectory() as d, LocalCluster(Path(d)) as lc:
+            with tempfile.TemporaryDirectory() as d, local_cluster(Path(d)) as lc:
                 produced, consumed = pub_sub_run(lc.url, f"cbench-{run}", args.messages)
                 cpubs.append(produced["msg_per_s"])
                 csubs.append(consumed["msg_per_s"])
@@ -303,7 +272,7 @@ def main() -> int:
         )
 
     if args.backlog:
-        with tempfile.TemporaryDirectory() as d, Standalone(Path(d)) as sa:
+        with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as sa:
             subprocess.run(
                 [
                     sys.executable,
