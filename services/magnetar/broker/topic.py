@@ -95,12 +95,11 @@ class PersistentTopic:
         return asyncio.get_running_loop().create_task(self._store(producer, entry))
 
     async def _store(self, producer: ServerProducer, entry: bytes) -> Position:
-        if producer.fenced is not None:
-            raise producer.fenced
         try:
-            return await self.ml.add_entry(entry)
+            return await self.ml.add_entry(entry, precondition=lambda: producer.fenced)
         except BaseException as exc:
-            producer.fenced = exc
+            if producer.fenced is None:
+                producer.fenced = exc
             raise
 
     # ------------------------------------------------------------------ subscriptions

@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +65,15 @@ class ManagedLedger:
         self._rollover_task: asyncio.Task[None] | None = None
         self._ledger_failed = False
         self._roll_error: Exception | None = None
+        self._roll_failures = 0
+        self._retry_roll_at = 0.0
+        self._queue: deque[
+            tuple[
+                asyncio.Future[tuple[WriteHandle, asyncio.Future[int]]],
+                bytes,
+                Callable[[], BaseException | None] | None,
+            ]
+        ] = deque()
         self._read_handles: dict[int, ReadHandle] = {}
         self._cache: OrderedDict[Position, bytes] = OrderedDict()
         self._cache_bytes = 0
@@ -163,48 +172,94 @@ class ManagedLedger:
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback)
 
-    async def add_entry(self, data: bytes) -> Position:
-        """Append one entry; returns its position once it is durable on Qa bookies."""
-        while True:
-            if self._rolling is not None:
-                await asyncio.shield(self._rolling)
-                if self._roll_error is not None and self._ledger_failed:
-                    # No new ledger (e.g. too few bookies): fail this add; the next one retries.
+    async def add_entry(
+        self, data: bytes, *, precondition: Callable[[], BaseException | None] | None = None
+    ) -> Position:
+        """Append one entry; returns its position once it is durable on Qa bookies.
+
+        Entries are issued to the ledger strictly in call order. An add that arrives while a
+        roll-over is under way joins a FIFO queue that the roll-over drains synchronously, so
+        a later add can never overtake one that was waiting. ``precondition`` is checked at the
+        moment of issue (the broker passes its producer fence, so a send that waited behind a
+        roll-over is not stored once an earlier send of the same producer has failed).
+        """
+        if self._closed:
+            raise AlreadyClosed(f"managed ledger {self.name} is closed")
+        if self._queue or self._rolling is not None or self._should_roll():
+            if self._rolling is None:
+                if self._roll_error is not None and time.monotonic() < self._retry_roll_at:
+                    # Back off between attempts to open a new ledger instead of one per send.
                     raise self._roll_error
-                continue
-            if self._closed or self._current is None:
-                raise AlreadyClosed(f"managed ledger {self.name} is closed")
-            if self._should_roll():
                 self._start_rollover()
-                continue
-            break
-        handle = self._current
-        info = self._infos[handle.ledger_id]
-        self._issued += 1
-        self._issued_bytes += len(data)
-        self._inflight += 1
-        self._drained.clear()
+            ticket: asyncio.Future[tuple[WriteHandle, asyncio.Future[int]]] = asyncio.get_running_loop().create_future()
+            self._queue.append((ticket, data, precondition))
+            handle, pending = await ticket
+        else:
+            handle, pending = self._issue(data, precondition)
         try:
-            entry_id = await handle.append_nowait(data)
+            entry_id = await pending
         except Exception:
             if handle is self._current and not self._closed:
                 # The handle's failure is sticky: the next add moves to a new ledger.
                 self._ledger_failed = True
             raise
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._drained.set()
         pos = Position(handle.ledger_id, entry_id)
-        if entry_id + 1 > info.entries:
-            info.entries = entry_id + 1
-        info.size += len(data)
+        info = self._infos.get(handle.ledger_id)
+        if info is not None:
+            if entry_id + 1 > info.entries:
+                info.entries = entry_id + 1
+            info.size += len(data)
         self.entries_added += 1
         self.bytes_added += len(data)
         self._cache_put(pos, data)
         for listener in list(self._listeners):
             listener()
         return pos
+
+    def _issue(
+        self, data: bytes, precondition: Callable[[], BaseException | None] | None
+    ) -> tuple[WriteHandle, asyncio.Future[int]]:
+        """Hand one entry to the current ledger, synchronously (this fixes its entry id)."""
+        if precondition is not None:
+            refused = precondition()
+            if refused is not None:
+                raise refused
+        if self._closed or self._current is None:
+            raise AlreadyClosed(f"managed ledger {self.name} is closed")
+        handle = self._current
+        pending = handle.append_nowait(data)
+        self._issued += 1
+        self._issued_bytes += len(data)
+        self._inflight += 1
+        self._drained.clear()
+        pending.add_done_callback(self._append_done)
+        return handle, pending
+
+    def _append_done(self, _pending: asyncio.Future[int]) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._drained.set()
+
+    def _drain_queue(self) -> None:
+        """Issue queued adds in order after a roll-over (or fail them all if it failed)."""
+        while self._queue:
+            if self._roll_error is not None:
+                error = self._roll_error
+                for ticket, _, _ in self._queue:
+                    if not ticket.done():
+                        ticket.set_exception(error)
+                self._queue.clear()
+                return
+            if self._should_roll():
+                self._start_rollover()  # the rest wait for the next ledger, still in order
+                return
+            ticket, data, precondition = self._queue.popleft()
+            if ticket.done():
+                continue
+            try:
+                ticket.set_result(self._issue(data, precondition))
+            except Exception as exc:
+                ticket.set_exception(exc)
 
     def _should_roll(self) -> bool:
         """Roll before an add would overfill the current ledger (counted at issue, not at ack,
@@ -240,15 +295,22 @@ class ManagedLedger:
                 self._infos[old.ledger_id].closed_at = time.time()
             await self._create_ledger()
             self._ledger_failed = False
+            self._roll_failures = 0
             log.info("managed ledger %s rolled over to ledger %s", self.name, self._ids[-1])
             self.schedule_trim()
         except Exception as exc:
+            # The old ledger is closed or broken either way: no add may go to it any more.
+            self._ledger_failed = True
             self._roll_error = exc
-            log.warning("roll-over of %s failed: %s", self.name, exc)
+            self._roll_failures += 1
+            delay = min(5.0, 0.1 * 2 ** min(self._roll_failures, 6))
+            self._retry_roll_at = time.monotonic() + delay
+            log.warning("roll-over of %s failed (retry in %.1fs): %s", self.name, delay, exc)
         finally:
             self._rolling = None
             if not rolling.done():
                 rolling.set_result(None)
+            self._drain_queue()
 
     def _cache_put(self, pos: Position, data: bytes) -> None:
         self._cache[pos] = data
