@@ -73,7 +73,12 @@ def cmd_bookie(args: argparse.Namespace) -> int:
             advertised_host=args.advertised_address,
         )
         state.update(store=store, svc=svc)
-        await svc.start()
+        try:
+            await svc.start()
+        except BaseException:
+            if store is not None:
+                await store.close()
+            raise
         lost = getattr(store, "session_lost", None)
         if isinstance(lost, asyncio.Event):
 
@@ -109,7 +114,13 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         extra = f" http {args.host}:{http.port}" if http is not None else ""  # type: ignore[attr-defined]
         return f"magnetar bookie {args.bookie_id} ready on {args.host}:{svc.port} data {args.data_dir}{extra}"
 
-    return _run_until_signal(start, stop, banner)
+    from magnetar.bookie.cookie import CookieMismatch
+
+    try:
+        return _run_until_signal(start, stop, banner)
+    except CookieMismatch as exc:
+        print(f"magnetar bookie: refusing to start: {exc}", file=sys.stderr, flush=True)
+        return 2
 
 
 def cmd_broker(args: argparse.Namespace) -> int:

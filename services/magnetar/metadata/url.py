@@ -10,6 +10,7 @@ accept the same flag:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from magnetar.metadata.store import MetadataStore
@@ -22,6 +23,11 @@ async def open_metadata_store(url: str, **kw: Any) -> MetadataStore:
     if sep and scheme == "etcd":
         from magnetar.metadata.etcd_store import EtcdMetadataStore
 
+        ttl = os.environ.get("MAGNETAR_METADATA_LEASE_TTL")
+        if ttl and "lease_ttl" not in kw:
+            # Session (lease) length in seconds: how long a dead or paused broker or bookie keeps its
+            # ephemeral keys. Shorter means faster failover and more sensitivity to pauses.
+            kw["lease_ttl"] = float(ttl)
         return await EtcdMetadataStore.connect(url, **kw)
     if sep and scheme == "lmdb":
         if not rest.startswith("/") or rest == "/":
