@@ -1,12 +1,13 @@
 """BookieEnsemble handlers: keep the StatefulSet, headless Service, PodDisruptionBudget and
 ConfigMap equal to the spec, and mirror the StatefulSet's replica counts into status.
 
-Scale-down is refused, not performed: removing a bookie safely means re-replicating every ledger
-fragment it holds before its pod and volume go (DESIGN.md section 6), and that decommission path
-arrives with the replicated-cluster work. Until then a lower spec.replicas leaves the StatefulSet
-at its current size, and the ScaleDownAllowed condition says why; every other change (image,
-resources, config) still goes through. Deletion needs no finalizer: the children carry owner
-references and the garbage collector removes them.
+Scale-down drains before it removes (DESIGN.md section 6): the highest-numbered bookie is
+decommissioned through the broker (its ledgers re-replicated elsewhere), and only then does the
+StatefulSet lose that pod, one bookie at a time (see decommissioning.py). While a drain runs the
+ScaleDownAllowed condition says Decommissioning with its progress; a drain that can never finish
+(fewer bookies left than an ensemble needs) is reported and not attempted. Every other change
+(image, resources, config) still goes through. Deletion needs no finalizer: the children carry
+owner references and the garbage collector removes them.
 
 These handlers are synchronous: kopf runs them in its thread pool, where the blocking
 Kubernetes client belongs.
@@ -19,8 +20,8 @@ from typing import Any
 
 import kopf
 
-from . import conditions, runtime
-from .bookies import CONFIG_FILE, build_bookie_children
+from . import conditions, decommissioning, runtime
+from .bookies import CLAIM_NAME, CONFIG_FILE, build_bookie_children
 from .conditions import READY, SCALING, Condition
 from .config import GROUP, SETTINGS, VERSION
 from .manifests import checksum
@@ -30,17 +31,27 @@ RESOURCE = (GROUP, VERSION, "bookieensembles")
 RECONCILED = "Reconciled"
 
 
-def scale_down_refusal(want: int, current: int | None) -> Condition:
+NOT_REQUESTED = Condition(SCALING, True, "NotRequested", "no scale-down pending")
+
+
+def plan_scale_down(name: str, namespace: str, want: int, current: int | None) -> tuple[int, Condition, str | None]:
+    """(replicas to apply, ScaleDownAllowed condition, retry reason or None) for this reconcile."""
     if current is None or want >= current:
-        return Condition(SCALING, True, "NotRequested", "no scale-down pending")
-    return Condition(
-        SCALING,
-        False,
-        "DecommissionNotAvailable",
-        f"spec.replicas {want} is below the current {current} bookies: scaling down needs the "
-        "bookie decommission path (re-replicate the removed bookies' ledgers first), which comes "
-        f"with the replicated-cluster work; the StatefulSet stays at {current} replicas",
-    )
+        return want, NOT_REQUESTED, None
+    ordinal = current - 1
+    bid = decommissioning.bookie_id(name, namespace, ordinal)
+    result = decommissioning.drain(SETTINGS.admin_url, bid)
+    if result.done:
+        replicas = current - 1
+        message = f"{result.message}; StatefulSet {current} -> {replicas} replicas (target {want})"
+        return (
+            replicas,
+            Condition(SCALING, True, "Decommissioned", message),
+            ("scaling down: next bookie" if replicas > want else None),
+        )
+    if result.impossible:
+        return current, Condition(SCALING, False, "DecommissionImpossible", result.message), None
+    return current, Condition(SCALING, False, "Decommissioning", result.message), result.message
 
 
 def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_status: Any, cause: str) -> None:
@@ -51,8 +62,10 @@ def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_st
     live = kube.get("apps/v1", "StatefulSet", name, namespace)
     current = (live or {}).get("spec", {}).get("replicas")
     want = int(spec["replicas"])
-    scaling = scale_down_refusal(want, current)
-    replicas = current if scaling.status is False else want
+    forget_pending = [
+        bid for bid in status.get("forgetPending") or [] if not decommissioning.forget(SETTINGS.admin_url, bid)
+    ]
+    replicas, scaling, retry = plan_scale_down(name, namespace, want, current)
     children = build_bookie_children(
         spec, name, namespace, pdb_api_version=kube.pdb_api_version(), owner=body, replicas=replicas
     )
@@ -78,15 +91,21 @@ def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_st
             event(body, reason, message)
     else:
         message = kept or "StatefulSet, Service, PodDisruptionBudget and ConfigMap match the spec"
+    if scaling.reason == "Decommissioned" and current is not None:
+        removed = current - 1
+        # The claim outlives the pod otherwise; Kubernetes holds the volume until the pod is gone.
+        kube.delete("v1", "PersistentVolumeClaim", f"{CLAIM_NAME}-{name}-{removed}", namespace)
+        forget_pending.append(decommissioning.bookie_id(name, namespace, removed))
+        event(body, "BookieDecommissioned", scaling.message)
     old_scaling = conditions.find(status.get("conditions"), SCALING) or {}
     if scaling.status is False and old_scaling.get("message") != scaling.message:
-        event(body, "ScaleDownRefused", scaling.message, warning=True)
+        event(body, scaling.reason, scaling.message, warning=True)
 
     sts = kube.get("apps/v1", "StatefulSet", name, namespace) or {}
     sts_status = sts.get("status") or {}
     ready = int(sts_status.get("readyReplicas") or 0)
     if scaling.status is False:
-        readiness = Condition(READY, False, "ScaleDownRefused", scaling.message)
+        readiness = Condition(READY, False, scaling.reason, scaling.message)
     elif ready >= want:
         readiness = Condition(READY, True, "BookiesReady", f"{ready}/{want} bookies ready")
     else:
@@ -103,8 +122,11 @@ def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_st
         service=name,
         podDisruptionBudget=name,
         configChecksum=checksum(children[0]["data"][CONFIG_FILE]),
+        forgetPending=forget_pending,
         **extra,
     )
+    if retry is not None:
+        raise kopf.TemporaryError(retry, delay=2)
 
 
 @kopf.on.resume(*RESOURCE)

@@ -24,6 +24,7 @@ HTTP_PORT = 8000
 DATA_PATH = "/data"
 CONFIG_PATH = "/etc/magnetar"
 CONFIG_FILE = "bookie.yaml"
+CLAIM_NAME = "data"  # pod N's claim is data-<name>-N
 COMPONENT = "bookie"
 ENSEMBLE_LABEL = "magnetar.dev/bookie-ensemble"
 
@@ -121,7 +122,7 @@ def build_bookie_statefulset(
     if affinity:
         pod_spec["affinity"] = affinity
     claim: dict[str, Any] = {
-        "metadata": {"name": "data", "labels": bookie_labels(name)},
+        "metadata": {"name": CLAIM_NAME, "labels": bookie_labels(name)},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": storage["size"]}},

@@ -174,3 +174,7 @@ def test_bookie_admin_on_standalone(standalone: StandaloneProcess, topic: str) -
     status, body = call(standalone, "POST", "/admin/v2/bookies/standalone-bookie/decommission?timeout=5")
     assert status == 412 and "cannot drain" in body["reason"]
     assert call(standalone, "GET", "/admin/v2/bookies")[1][0]["decommissioning"] is False
+    # A running bookie cannot be forgotten; an unknown one can (idempotent clean-up after removal).
+    status, body = call(standalone, "DELETE", "/admin/v2/bookies/standalone-bookie")
+    assert status == 409 and "still running" in body["reason"]
+    assert call(standalone, "DELETE", "/admin/v2/bookies/removed-bookie:3181")[0] == 204

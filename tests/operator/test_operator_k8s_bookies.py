@@ -94,30 +94,38 @@ def test_children_match_the_spec_and_updates_propagate(operator: OperatorProcess
     assert cm is not None and "journalSyncData: 'false'" in cm["data"]["bookie.yaml"]
 
 
-def test_scale_down_is_refused_with_a_condition(operator: OperatorProcess, crds: ControlPlane, ns: str) -> None:
+def test_scale_down_drains_each_bookie_before_its_pod_and_volume_go(
+    operator: OperatorProcess, crds: ControlPlane, ns: str
+) -> None:
+    """The broker (a real standalone) is asked to decommission bk-2 and then bk-1; they hold no
+    ledgers there, so each drain finishes at once and the StatefulSet shrinks one pod at a time.
+    Draining bookies that do hold ledgers is tested in tests/bookie/test_autorecovery.py."""
     apply(crds, ns, "bk", SPEC)
     sts_where(crds, ns, "bk", lambda s: s["spec"]["replicas"] == 3, "3 replicas")
-    apply(crds, ns, "bk", dict(SPEC, replicas=2, image="localhost/magnetar-bookie:3"))
+    wait_for("the claim of bk-2", lambda: crds.get("persistentvolumeclaim", "data-bk-2", ns))
+    apply(crds, ns, "bk", dict(SPEC, replicas=1, image="localhost/magnetar-bookie:3"))
+    sts = sts_where(crds, ns, "bk", lambda s: s["spec"]["replicas"] == 1, "the StatefulSet scaled to 1")
+    assert container(sts)["image"].endswith(":3")
 
-    def refused() -> dict[str, Any] | None:
+    def drained() -> dict[str, Any] | None:
         obj = crds.get("bookieensembles.magnetar.dev", "bk", ns)
-        return obj if condition(obj, "ScaleDownAllowed").get("status") == "False" else None
+        return obj if condition(obj, "ScaleDownAllowed").get("reason") == "Decommissioned" else None
 
-    obj = wait_for("the ScaleDownAllowed=False condition", refused)
-    message = condition(obj, "ScaleDownAllowed")["message"]
-    assert "decommission" in message and "replicated-cluster" in message
-    assert condition(obj)["reason"] == "ScaleDownRefused"
-    assert obj["spec"]["replicas"] == 2  # the user's spec stays as written
-    sts = sts_where(crds, ns, "bk", lambda s: container(s)["image"].endswith(":3"), "the image update")
-    assert sts["spec"]["replicas"] == 3  # ...but the StatefulSet is not scaled down
-    assert "ScaleDownRefused" in {e["reason"] for e in crds.events(ns, "bk")}
-
-    apply(crds, ns, "bk", dict(SPEC, replicas=3, image="localhost/magnetar-bookie:3"))
+    obj = wait_for("the Decommissioned condition", drained)
+    assert obj["spec"]["replicas"] == 1  # the user's spec stays as written
+    assert "bk-1.bk." in condition(obj, "ScaleDownAllowed")["message"]
+    reasons = [e["reason"] for e in crds.events(ns, "bk")]
+    assert reasons.count("BookieDecommissioned") == 2
+    for ordinal in (1, 2):
+        wait_for(
+            f"the claim of bk-{ordinal} to go",
+            lambda o=ordinal: crds.get("persistentvolumeclaim", f"data-bk-{o}", ns) is None,
+        )
+    assert crds.get("persistentvolumeclaim", "data-bk-0", ns) is not None
+    # The removed bookies never ran here, so their identities are forgotten straight away.
     wait_for(
-        "ScaleDownAllowed back to True",
-        lambda: (
-            condition(crds.get("bookieensembles.magnetar.dev", "bk", ns), "ScaleDownAllowed").get("status") == "True"
-        ),
+        "no identities left to forget",
+        lambda: not (crds.get("bookieensembles.magnetar.dev", "bk", ns) or {}).get("status", {}).get("forgetPending"),
     )
 
 

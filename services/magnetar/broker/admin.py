@@ -101,6 +101,7 @@ class AdminServer:
         r.add_get("/admin/v2/bookies", self.list_bookies)
         r.add_get("/admin/v2/bookies/underreplicated", self.underreplicated)
         r.add_post("/admin/v2/bookies/{bookie}/decommission", self.decommission_bookie)
+        r.add_delete("/admin/v2/bookies/{bookie}", self.forget_bookie)
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
@@ -182,6 +183,25 @@ class AdminServer:
                 "complete": report.complete,
             }
         )
+
+    async def forget_bookie(self, request: web.Request) -> web.StreamResponse:
+        """Forget a removed bookie: its identity cookie and decommission flag, so that a new bookie
+        may later take the same name on a fresh disk. Refused while it is registered or holds data."""
+        from magnetar.bookie.underreplication import decommissioning_path, ledgers_referencing
+
+        store = self.service.store
+        bookie_id = request.match_info["bookie"]
+        if await store.exists(f"/bookies/available/{bookie_id}"):
+            raise Conflict(f"bookie {bookie_id} is still running (registered); stop it first")
+        holding = await ledgers_referencing(store, {bookie_id})
+        if holding:
+            raise Conflict(f"bookie {bookie_id} still holds ledgers {sorted(holding)[:20]}; decommission it first")
+        for path in (f"/bookies/cookies/{bookie_id}", decommissioning_path(bookie_id)):
+            try:
+                await store.delete(path)
+            except NotFound:
+                pass
+        return web.Response(status=204)
 
     # ------------------------------------------------------------------ tenants
     async def list_tenants(self, request: web.Request) -> web.StreamResponse:
