@@ -66,6 +66,10 @@ def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_st
         bid for bid in status.get("forgetPending") or [] if not decommissioning.forget(SETTINGS.admin_url, bid)
     ]
     replicas, scaling, retry = plan_scale_down(name, namespace, want, current)
+    previous = conditions.find(status.get("conditions"), SCALING) or {}
+    if scaling is NOT_REQUESTED and previous.get("reason") == "Decommissioned":
+        # Keep reporting the last completed scale-down until something else happens.
+        scaling = Condition(SCALING, True, "Decommissioned", str(previous.get("message", "")))
     children = build_bookie_children(
         spec, name, namespace, pdb_api_version=kube.pdb_api_version(), owner=body, replicas=replicas
     )
@@ -91,7 +95,7 @@ def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_st
             event(body, reason, message)
     else:
         message = kept or "StatefulSet, Service, PodDisruptionBudget and ConfigMap match the spec"
-    if scaling.reason == "Decommissioned" and current is not None:
+    if current is not None and replicas < current:  # this pass drained one bookie and removes it
         removed = current - 1
         # The claim outlives the pod otherwise; Kubernetes holds the volume until the pod is gone.
         kube.delete("v1", "PersistentVolumeClaim", f"{CLAIM_NAME}-{name}-{removed}", namespace)
