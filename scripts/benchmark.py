@@ -101,10 +101,12 @@ class Service:
                 break
         return self
 
-    def rss_mib(self) -> float:
+    def rss_mib(self, field: str = "VmRSS") -> float:
+        """Resident memory in MiB; ``RssAnon`` is the heap, ``RssFile`` mapped files (LMDB's map,
+        which the kernel can drop at will: page cache, not process memory)."""
         assert self.proc is not None
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
         return float("nan")
 
@@ -295,6 +297,7 @@ def main() -> int:
             )
             produced = perf("produce", "backlog", "--url", sa.url, "-n", str(args.backlog), "--size", "100")
             rss_full = sa.rss_mib()
+            anon_full = sa.rss_mib("RssAnon")
             disk = sum(f.stat().st_size for f in Path(d).rglob("*") if f.is_file()) / 2**20
             drained = perf(
                 "consume",
@@ -309,6 +312,8 @@ def main() -> int:
                 "Earliest",
             )
             rss_after = sa.rss_mib()
+            anon_after = sa.rss_mib("RssAnon")
+            file_after = sa.rss_mib("RssFile")
         res["backlog"] = {
             "messages": args.backlog,
             "publish_msg_per_s": produced["msg_per_s"],
@@ -319,7 +324,8 @@ def main() -> int:
         }
         print(
             f"backlog {args.backlog:,}: broker RSS {rss_full:.0f} MiB with it on disk ({disk:.0f} MiB); "
-            f"drained at {drained['msg_per_s']:,.0f} msg/s; RSS after drain {rss_after:.0f} MiB"
+            f"drained at {drained['msg_per_s']:,.0f} msg/s; RSS after drain {rss_after:.0f} MiB "
+            f"(heap {anon_after:.0f} MiB, mapped LMDB file {file_after:.0f} MiB; heap with backlog {anon_full:.0f} MiB)"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
