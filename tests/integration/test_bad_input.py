@@ -126,9 +126,12 @@ def test_oversized_send_frame_from_raw_client_is_refused_by_broker(standalone: S
         sock.settimeout(15)
         sock.sendall(encode_frame({"t": "connect", "rid": 1}))
         sock.sendall(encode_frame({"t": "producer", "rid": 2, "topic": topic, "producer_id": 1}))
-        sock.sendall(encode_frame({"t": "send", "producer_id": 1, "seq": 0, "meta": meta, "payload": payload}))
         decoder = FrameDecoder()
         frames: list[Any] = []
+        # Producer creation is asynchronous: a send before its answer would find no producer.
+        while not any(f.get("t") == "producer_success" for f in frames):
+            frames.extend(decoder.feed(sock.recv(65536)))
+        sock.sendall(encode_frame({"t": "send", "producer_id": 1, "seq": 0, "meta": meta, "payload": payload}))
         while not any(f.get("t") in ("send_error", "send_receipt") for f in frames):
             frames.extend(decoder.feed(sock.recv(65536)))
     result = next(f for f in frames if f.get("t") in ("send_error", "send_receipt"))
