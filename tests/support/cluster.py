@@ -616,21 +616,8 @@ class ClusterMetadata:
     async def topic_owner(self, topic: str, bundles: int = 4) -> str | None:
         """The id (``host:port``) of the broker owning ``topic``'s bundle, or None if unowned."""
         from magnetar.broker.ownership import bundle_of
-
-        t = TopicName.parse(topic)
-        found = await self.store.get(f"/ownership/{t.tenant}/{t.namespace}/{bundle_of(t, bundles)}")
-        return str(json.loads(found.value)["id"]) if found is not None else None
-
-    async def topic_ledgers(self, topic: str) -> list[int]:
-        """The ledger ids of ``topic``'s managed ledger, oldest first (from its metadata record)."""
         from magnetar.metadata import paths
 
-        found = await self.store.get(paths.managed_ledger(topic))
-        if found is None:
-            return []
-        doc = json.loads(found.value)
-        ledgers = doc.get("ledgers", [])
-        out = []
-        for item in ledgers:
-            out.append(int(item["id"] if isinstance(item, dict) else item))
-        return out
+        t = TopicName.parse(topic)
+        found = await self.store.get(paths.ownership(t.tenant, t.namespace, bundle_of(t, bundles)))
+        return str(json.loads(found.value)["id"]) if found is not None else None

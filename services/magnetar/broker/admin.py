@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from magnetar.broker.policies import POLICY_ENDPOINTS, PolicyError, unenforced
 from magnetar.broker.resources import Conflict
+from magnetar.metadata import paths
 from magnetar.protocol.errors import (
     AlreadyExists,
     InvalidCommand,
@@ -151,8 +152,8 @@ class AdminServer:
         store = self.service.store
         draining = await decommissioning_bookies(store)
         out = []
-        for bookie_id in await store.children("/bookies/available"):
-            found = await store.get(f"/bookies/available/{bookie_id}")
+        for bookie_id in await store.children(paths.BOOKIES_AVAILABLE):
+            found = await store.get(paths.bookie_available(bookie_id))
             info = json.loads(found.value) if found else {}
             out.append({"id": bookie_id, **info, "decommissioning": bookie_id in draining})
         return web.json_response(out)
@@ -191,12 +192,12 @@ class AdminServer:
 
         store = self.service.store
         bookie_id = request.match_info["bookie"]
-        if await store.exists(f"/bookies/available/{bookie_id}"):
+        if await store.exists(paths.bookie_available(bookie_id)):
             raise Conflict(f"bookie {bookie_id} is still running (registered); stop it first")
         holding = await ledgers_referencing(store, {bookie_id})
         if holding:
             raise Conflict(f"bookie {bookie_id} still holds ledgers {sorted(holding)[:20]}; decommission it first")
-        for path in (f"/bookies/cookies/{bookie_id}", decommissioning_path(bookie_id)):
+        for path in (paths.bookie_cookie(bookie_id), decommissioning_path(bookie_id)):
             try:
                 await store.delete(path)
             except NotFound:
@@ -389,7 +390,7 @@ class AdminServer:
         n = int(record[0].get("partitions", 0)) if record else 0
         for i in range(n):
             part = name.partition(i)
-            if str(part) in self.service.topics or await self.service.store.exists(f"/managed-ledgers/{part.path}"):
+            if str(part) in self.service.topics or await self.service.store.exists(paths.managed_ledger(part)):
                 remote = await self._call_owner(
                     part, "DELETE", f"/admin/v2/persistent/{part.path}{'?force=true' if force else ''}"
                 )

@@ -312,8 +312,8 @@ class ServerConnection(asyncio.Protocol):
         name = TopicName.parse(cmd["topic"])
         cid = int(cmd["consumer_id"])
         sub_name = str(cmd["subscription"])
-        if not sub_name:
-            raise InvalidCommand("subscription name must not be empty")
+        if not sub_name or "/" in sub_name:
+            raise InvalidCommand(f"subscription name must be non-empty and contain no '/': {sub_name!r}")
 
         async def run() -> None:
             if cid in self.consumers:

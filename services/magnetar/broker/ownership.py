@@ -19,6 +19,7 @@ import json
 import logging
 from dataclasses import dataclass
 
+from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
 from magnetar.protocol.checksum import crc32c
 from magnetar.protocol.errors import BadVersion, NotFound
@@ -67,25 +68,25 @@ class Ownership:
 
     # ------------------------------------------------------------------ membership
     async def register(self) -> None:
-        await self.store.put(f"/brokers/available/{self.me.broker_id}", self.me.to_json(), ephemeral=True)
+        await self.store.put(paths.broker_available(self.me.broker_id), self.me.to_json(), ephemeral=True)
 
     async def unregister(self) -> None:
         try:
-            await self.store.delete(f"/brokers/available/{self.me.broker_id}")
+            await self.store.delete(paths.broker_available(self.me.broker_id))
         except NotFound:
             pass
 
     async def live_brokers(self) -> list[BrokerInfo]:
         out = []
-        for name in await self.store.children("/brokers/available"):
-            found = await self.store.get(f"/brokers/available/{name}")
+        for name in await self.store.children(paths.BROKERS_AVAILABLE):
+            found = await self.store.get(paths.broker_available(name))
             if found is not None:
                 out.append(BrokerInfo.from_json(found.value))
         return out
 
     # ------------------------------------------------------------------ bundles
     def bundle_path(self, topic: TopicName) -> str:
-        return f"/ownership/{topic.tenant}/{topic.namespace}/{bundle_of(topic, self.bundles)}"
+        return paths.ownership(topic.tenant, topic.namespace, bundle_of(topic, self.bundles))
 
     async def owner(self, topic: TopicName) -> BrokerInfo | None:
         found = await self.store.get(self.bundle_path(topic))

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from magnetar.broker.policies import PolicyError, check_consistent, normalize, normalize_all
+from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
 from magnetar.protocol.errors import AlreadyExists, BadVersion, NamespaceNotFound, NotFound, TenantNotFound
 from magnetar.protocol.topic_name import TopicName
@@ -32,10 +33,10 @@ class Resources:
 
     # ------------------------------------------------------------------ tenants
     async def list_tenants(self) -> list[str]:
-        return await self.store.children("/tenants")
+        return await self.store.children(paths.TENANTS)
 
     async def get_tenant(self, tenant: str) -> dict[str, Any]:
-        found = await self.store.get(f"/tenants/{tenant}")
+        found = await self.store.get(paths.tenant(tenant))
         if found is None:
             raise TenantNotFound(f"tenant {tenant} does not exist")
         return _load(found.value)
@@ -46,19 +47,19 @@ class Resources:
             "allowedClusters": list(info.get("allowedClusters") or []),
         }
         try:
-            await self.store.put(f"/tenants/{tenant}", json.dumps(doc).encode(), MUST_NOT_EXIST)
+            await self.store.put(paths.tenant(tenant), json.dumps(doc).encode(), MUST_NOT_EXIST)
         except BadVersion as exc:
             raise AlreadyExists(f"tenant {tenant} already exists") from exc
 
     async def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
-        found = await self.store.get(f"/tenants/{tenant}")
+        found = await self.store.get(paths.tenant(tenant))
         if found is None:
             raise TenantNotFound(f"tenant {tenant} does not exist")
         doc = {
             "adminRoles": list(info.get("adminRoles") or []),
             "allowedClusters": list(info.get("allowedClusters") or []),
         }
-        await self.store.put(f"/tenants/{tenant}", json.dumps(doc).encode(), found.version)
+        await self.store.put(paths.tenant(tenant), json.dumps(doc).encode(), found.version)
 
     async def delete_tenant(self, tenant: str, *, force: bool = False) -> list[str]:
         """Delete a tenant; returns namespaces that must be deleted first when ``force``."""
@@ -69,15 +70,15 @@ class Resources:
         return namespaces
 
     async def remove_tenant_record(self, tenant: str) -> None:
-        await self.store.delete(f"/tenants/{tenant}")
+        await self.store.delete(paths.tenant(tenant))
 
     # ------------------------------------------------------------------ namespaces
     async def list_namespaces(self, tenant: str) -> list[str]:
         await self.get_tenant(tenant)
-        return [f"{tenant}/{ns}" for ns in await self.store.children(f"/namespaces/{tenant}")]
+        return [f"{tenant}/{ns}" for ns in await self.store.children(paths.namespaces_of(tenant))]
 
     async def get_namespace(self, tenant: str, ns: str) -> tuple[dict[str, Any], int]:
-        found = await self.store.get(f"/namespaces/{tenant}/{ns}")
+        found = await self.store.get(paths.namespace(tenant, ns))
         if found is None:
             raise NamespaceNotFound(f"namespace {tenant}/{ns} does not exist")
         return _load(found.value), found.version
@@ -86,7 +87,7 @@ class Resources:
         await self.get_tenant(tenant)
         doc = normalize_all(policies or {})
         try:
-            await self.store.put(f"/namespaces/{tenant}/{ns}", json.dumps(doc).encode(), MUST_NOT_EXIST)
+            await self.store.put(paths.namespace(tenant, ns), json.dumps(doc).encode(), MUST_NOT_EXIST)
         except BadVersion as exc:
             raise AlreadyExists(f"namespace {tenant}/{ns} already exists") from exc
 
@@ -94,17 +95,17 @@ class Resources:
         doc, version = await self.get_namespace(tenant, ns)
         doc[field] = normalize(field, value)
         check_consistent(doc)
-        await self.store.put(f"/namespaces/{tenant}/{ns}", json.dumps(doc).encode(), version)
+        await self.store.put(paths.namespace(tenant, ns), json.dumps(doc).encode(), version)
 
     async def namespace_topics(self, tenant: str, ns: str) -> list[str]:
-        return await self.store.children(f"/topics/{tenant}/{ns}")
+        return await self.store.children(paths.topics_of(tenant, ns))
 
     async def delete_namespace_record(self, tenant: str, ns: str) -> None:
-        await self.store.delete(f"/namespaces/{tenant}/{ns}")
+        await self.store.delete(paths.namespace(tenant, ns))
 
     # ------------------------------------------------------------------ topics
     def _topic_path(self, topic: TopicName) -> str:
-        return f"/topics/{topic.path}"
+        return paths.topic(topic.tenant, topic.namespace, topic.local_name)
 
     async def get_topic(self, topic: TopicName) -> tuple[dict[str, Any], int] | None:
         found = await self.store.get(self._topic_path(topic))

@@ -27,6 +27,7 @@ from magnetar.broker.resources import Resources
 from magnetar.broker.topic import PersistentTopic
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig
+from magnetar.metadata import paths
 from magnetar.metadata.store import MetadataStore
 from magnetar.protocol.errors import (
     AlreadyExists,
@@ -108,7 +109,7 @@ class BrokerService:
             me = BrokerInfo(f"{self.config.advertised_host}:{self.port}", self.broker_url, self.web_url)
             self.ownership = Ownership(self.store, me, bundles=self.bundles)
             await self.ownership.register()
-            self._unwatch = self.store.watch("/ownership", self._ownership_changed)
+            self._unwatch = self.store.watch(paths.OWNERSHIP, self._ownership_changed)
             lost = getattr(self.store, "session_lost", None)
             if isinstance(lost, asyncio.Event):
                 self._session_task = loop.create_task(self._watch_session(lost))

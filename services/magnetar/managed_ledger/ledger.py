@@ -28,6 +28,7 @@ from magnetar.ledger.write_handle import WriteHandle
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.position import EARLIEST, Position
+from magnetar.metadata import paths
 from magnetar.metadata.store import ANY_VERSION, MUST_NOT_EXIST, MetadataStore
 from magnetar.protocol.errors import AlreadyClosed, BadVersion, PersistenceError
 
@@ -88,10 +89,10 @@ class ManagedLedger:
     # ------------------------------------------------------------------ paths and metadata
     @property
     def meta_path(self) -> str:
-        return f"/managed-ledgers/{self.name}"
+        return paths.managed_ledger(self.name)
 
     def cursor_path(self, cursor: str) -> str:
-        return f"/managed-ledgers/{self.name}/cursors/{cursor}"
+        return paths.managed_ledger_cursor(self.name, cursor)
 
     def _meta_doc(self) -> bytes:
         return json.dumps(
@@ -148,7 +149,7 @@ class ManagedLedger:
             self._infos[info.ledger_id] = info
             self._ids.append(info.ledger_id)
         await self._create_ledger()
-        for cursor_name in await self._store.children(f"/managed-ledgers/{self.name}/cursors"):
+        for cursor_name in await self._store.children(paths.managed_ledger_cursors(self.name)):
             cursor = await ManagedCursor.load(self, cursor_name)
             self.cursors[cursor_name] = cursor
 

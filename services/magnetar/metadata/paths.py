@@ -20,6 +20,7 @@ LEDGER_ID_COUNTER = "/counters/ledger-id"
 BOOKIES = "/bookies"
 BOOKIES_AVAILABLE = "/bookies/available"
 BOOKIES_COOKIES = "/bookies/cookies"
+BROKERS_AVAILABLE = "/brokers/available"
 OWNERSHIP = "/ownership"
 UNDERREPLICATED = "/underreplicated"
 
@@ -91,6 +92,11 @@ def bookie_available(bookie_id: str) -> str:
 def bookie_cookie(bookie_id: str) -> str:
     """Persistent identity cookie of a bookie: a wiped disk must not rejoin silently."""
     return f"{BOOKIES_COOKIES}/{_segment('bookie id', bookie_id)}"
+
+
+def broker_available(broker_id: str) -> str:
+    """Ephemeral registration of a live broker; its value is the broker's service and admin URLs."""
+    return f"{BROKERS_AVAILABLE}/{_segment('broker id', broker_id)}"
 
 
 def ownership(tenant_name: str, ns: str, bundle: str) -> str:
