@@ -62,7 +62,6 @@ class ManagedLedger:
         self._inflight = 0
         self._drained: asyncio.Event = asyncio.Event()
         self._drained.set()
-        self._rolling: asyncio.Future[None] | None = None
         self._rollover_task: asyncio.Task[None] | None = None
         self._ledger_failed = False
         self._roll_error: Exception | None = None
@@ -81,9 +80,6 @@ class ManagedLedger:
         self._closed = False
         self.cursors: dict[str, ManagedCursor] = {}
         self._listeners: list[Callable[[], None]] = []
-        self.entries_added = 0
-        self.bytes_added = 0
-        self.trimmed_entries = 0
         self._trim_task: asyncio.Task[list[int]] | None = None
 
     # ------------------------------------------------------------------ paths and metadata
@@ -139,8 +135,7 @@ class ManagedLedger:
                 # The last ledger may have been open when its writer died: recover and close it.
                 handle = await self._ledgers.open(info.ledger_id, recovery=True)
                 info.entries = handle.last_entry_id + 1
-                meta = await self._ledgers.get_metadata(info.ledger_id)
-                info.size = int(getattr(meta, "length", info.size))
+                info.size = handle.metadata.length
                 self._read_handles[info.ledger_id] = handle
                 if info.entries == 0:
                     await self._ledgers.delete(info.ledger_id)
@@ -186,8 +181,8 @@ class ManagedLedger:
         """
         if self._closed:
             raise AlreadyClosed(f"managed ledger {self.name} is closed")
-        if self._queue or self._rolling is not None or self._should_roll():
-            if self._rolling is None:
+        if self._queue or self._rolling or self._should_roll():
+            if not self._rolling:
                 if self._roll_error is not None and time.monotonic() < self._retry_roll_at:
                     # Back off between attempts to open a new ledger instead of one per send.
                     raise self._roll_error
@@ -210,8 +205,6 @@ class ManagedLedger:
             if entry_id + 1 > info.entries:
                 info.entries = entry_id + 1
             info.size += len(data)
-        self.entries_added += 1
-        self.bytes_added += len(data)
         self._cache_put(pos, data)
         for listener in list(self._listeners):
             listener()
@@ -273,14 +266,15 @@ class ManagedLedger:
             or (self._issued > 0 and time.monotonic() - self._current_created >= c.max_ledger_seconds)
         )
 
+    @property
+    def _rolling(self) -> bool:
+        """A roll-over is under way (adds queue behind it)."""
+        return self._rollover_task is not None and not self._rollover_task.done()
+
     def _start_rollover(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._rolling = loop.create_future()
-        self._rollover_task = loop.create_task(self._rollover())
+        self._rollover_task = asyncio.get_running_loop().create_task(self._rollover())
 
     async def _rollover(self) -> None:
-        rolling = self._rolling
-        assert rolling is not None
         self._roll_error = None
         try:
             await self._drained.wait()
@@ -308,9 +302,7 @@ class ManagedLedger:
             self._retry_roll_at = time.monotonic() + delay
             log.warning("roll-over of %s failed (retry in %.1fs): %s", self.name, delay, exc)
         finally:
-            self._rolling = None
-            if not rolling.done():
-                rolling.set_result(None)
+            # May start the next roll-over (a new task) for adds that still do not fit.
             self._drain_queue()
 
     def _cache_put(self, pos: Position, data: bytes) -> None:
@@ -493,8 +485,7 @@ class ManagedLedger:
             return []
         for lid in doomed:
             self._ids.remove(lid)
-            info = self._infos.pop(lid)
-            self.trimmed_entries += info.entries
+            del self._infos[lid]
             self._read_handles.pop(lid, None)
         await self._write_meta()
         for lid in doomed:
@@ -517,8 +508,8 @@ class ManagedLedger:
             await asyncio.gather(self._trim_task, return_exceptions=True)
         for cursor in self.cursors.values():
             await cursor.close()
-        if self._rolling is not None:
-            await asyncio.shield(self._rolling)
+        while self._rollover_task is not None and not self._rollover_task.done():
+            await asyncio.shield(self._rollover_task)
         await self._drained.wait()
         if self._current is not None:
             await self._current.close()
