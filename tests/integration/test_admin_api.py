@@ -178,3 +178,24 @@ def test_bookie_admin_on_standalone(standalone: StandaloneProcess, topic: str) -
     status, body = call(standalone, "DELETE", "/admin/v2/bookies/standalone-bookie")
     assert status == 409 and "still running" in body["reason"]
     assert call(standalone, "DELETE", "/admin/v2/bookies/removed-bookie:3181")[0] == 204
+
+
+def test_max_producers_and_consumers_per_topic_are_enforced(standalone: StandaloneProcess) -> None:
+    call(standalone, "PUT", "/admin/v2/tenants/limits", {})
+    call(standalone, "PUT", "/admin/v2/namespaces/limits/ns")
+    assert call(standalone, "POST", "/admin/v2/namespaces/limits/ns/maxProducersPerTopic", 1)[0] == 204
+    assert call(standalone, "POST", "/admin/v2/namespaces/limits/ns/maxConsumersPerTopic", 1)[0] == 204
+    client = magnetar.Client(standalone.service_url)
+    try:
+        name = "persistent://limits/ns/t"
+        client.create_producer(name)
+        with pytest.raises(magnetar.MagnetarError) as producer_error:
+            client.create_producer(name)
+        assert type(producer_error.value).__name__ == "ProducerBusy"
+        client.subscribe(name, "a")
+        with pytest.raises(magnetar.MagnetarError) as consumer_error:
+            client.subscribe(name, "b")
+        assert type(consumer_error.value).__name__ == "ConsumerBusy"
+        assert "maximum of 1 consumers" in str(consumer_error.value)
+    finally:
+        client.close()

@@ -13,7 +13,7 @@ from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.subscription import Subscription
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol import commands as c
-from magnetar.protocol.errors import ProducerBusy
+from magnetar.protocol.errors import ConsumerBusy, ProducerBusy
 
 
 @dataclass(eq=False, slots=True)
@@ -109,7 +109,7 @@ class PersistentTopic:
         if self.max_consumers is not None:
             total = sum(len(s.dispatcher.consumers) for s in self.subscriptions.values())
             if total >= self.max_consumers:
-                raise ProducerBusy(f"topic {self.name} already has the maximum of {self.max_consumers} consumers")
+                raise ConsumerBusy(f"topic {self.name} already has the maximum of {self.max_consumers} consumers")
         sub = self.subscriptions.get(sub_name)
         if sub is None:
             cursor = await self.ml.open_cursor(sub_name, start_at_earliest=earliest)
