@@ -95,10 +95,6 @@ class ServerConnection(asyncio.Protocol):
         self.producers.clear()
         self.consumers.clear()
 
-    @property
-    def is_open(self) -> bool:
-        return not self._closed
-
     def close(self) -> None:
         if self.transport is not None and not self._closed:
             self._flush()

@@ -15,9 +15,6 @@ class MessageSink(Protocol):
         self, consumer_id: int, pos: Position, meta: dict[str, object], payload: bytes, redelivery_count: int
     ) -> None: ...
 
-    @property
-    def is_open(self) -> bool: ...
-
 
 @dataclass(eq=False, slots=True)
 class ServerConsumer:
@@ -28,7 +25,6 @@ class ServerConsumer:
     # Entries delivered and not yet acknowledged, with how many messages each holds.
     unacked: dict[Position, int] = field(default_factory=dict)
     msg_out: int = 0
-    bytes_out: int = 0
 
     @property
     def unacked_messages(self) -> int:
@@ -38,5 +34,4 @@ class ServerConsumer:
         self.permits -= count
         self.unacked[pos] = count
         self.msg_out += count
-        self.bytes_out += len(payload)
         self.sink.send_message(self.consumer_id, pos, meta, payload, redeliveries)

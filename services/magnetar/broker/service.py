@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from typing import Any
 
@@ -23,10 +24,10 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.ownership import BrokerInfo, Ownership
 from magnetar.broker.policies import EffectivePolicies
-from magnetar.broker.resources import Resources
+from magnetar.broker.resources import Conflict, Resources
 from magnetar.broker.topic import PersistentTopic
 from magnetar.ledger.manager import LedgerManager
-from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig
+from magnetar.managed_ledger import ManagedLedger
 from magnetar.metadata import paths
 from magnetar.metadata.store import MetadataStore
 from magnetar.protocol.errors import (
@@ -258,16 +259,11 @@ class BrokerService:
             ns_policies,
             topic_policies,
         )
-        mlc = c.managed_ledger
-        ml_config = ManagedLedgerConfig(
+        ml_config = dataclasses.replace(
+            c.managed_ledger,
             ensemble_size=eff.ensemble_size,
             write_quorum=eff.write_quorum,
             ack_quorum=eff.ack_quorum,
-            max_entries_per_ledger=mlc.max_entries_per_ledger,
-            max_bytes_per_ledger=mlc.max_bytes_per_ledger,
-            max_ledger_seconds=mlc.max_ledger_seconds,
-            cache_bytes=mlc.cache_bytes,
-            cursor_flush_delay=mlc.cursor_flush_delay,
             retention_minutes=eff.retention_minutes,
             retention_mb=eff.retention_mb,
         )
@@ -296,8 +292,6 @@ class BrokerService:
             and not force
             and (topic.producers or any(s.dispatcher.consumers for s in topic.subscriptions.values()))
         ):
-            from magnetar.broker.resources import Conflict
-
             raise Conflict(f"topic {name} has active producers or consumers (use force)")
         if topic is None:
             ml = await ManagedLedger.open(name.path, self.store, self.ledgers, self.config.managed_ledger)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -22,8 +22,6 @@ class ServerProducer:
     name: str
     connection_id: int
     msg_in: int = 0
-    bytes_in: int = 0
-    created: float = field(default_factory=time.time)
     # Set by the first failed write: later sends from this registration are refused, so a
     # message resent after a reconnect can never land behind one sent after it.
     fenced: BaseException | None = None
@@ -88,7 +86,6 @@ class PersistentTopic:
         """Store ``[meta, payload]`` as one entry; the task resolves once it is durable."""
         count = int(meta.get("n", 1))
         producer.msg_in += count
-        producer.bytes_in += len(payload)
         self.msg_in += count
         self.bytes_in += len(payload)
         entry = msgpack.packb([meta, payload], use_bin_type=True)
