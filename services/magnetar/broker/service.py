@@ -70,7 +70,7 @@ class BrokerService:
         self.bundles = bundles
         self.ownership: Ownership | None = None
         self.extra_registries: list[Any] = []
-        self._session_task: asyncio.Task[None] | None = None
+        self._unwatch_session: Any = None
         self._unwatch: Any = None
         # Called when the metadata session is lost; the CLI makes it exit the process.
         self.on_fatal: Any = None
@@ -111,9 +111,9 @@ class BrokerService:
             self.ownership = Ownership(self.store, me, bundles=self.bundles)
             await self.ownership.register()
             self._unwatch = self.store.watch(paths.OWNERSHIP, self._ownership_changed)
-            lost = getattr(self.store, "session_lost", None)
-            if isinstance(lost, asyncio.Event):
-                self._session_task = loop.create_task(self._watch_session(lost))
+            on_session_lost = getattr(self.store, "on_session_lost", None)  # stores with leases (etcd)
+            if on_session_lost is not None:
+                self._unwatch_session = on_session_lost(self._session_lost)
         self._ticker = loop.create_task(self._tick())
         self.ready = True
 
@@ -121,8 +121,7 @@ class BrokerService:
     def broker_id(self) -> str:
         return self.ownership.me.broker_id if self.ownership else "standalone"
 
-    async def _watch_session(self, lost: asyncio.Event) -> None:
-        await lost.wait()
+    def _session_lost(self) -> None:
         log.error("metadata session lost: another broker may own our bundles; dropping everything")
         self.ready = False
         self.closing = True
@@ -193,8 +192,8 @@ class BrokerService:
         self.closing = True
         if self._ticker is not None:
             self._ticker.cancel()
-        if self._session_task is not None:
-            self._session_task.cancel()
+        if self._unwatch_session is not None:
+            self._unwatch_session()
         if self.ownership is not None:
             await self.ownership.unregister()
         for name in list(self.topics):

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_DATA_DIR = os.environ.get("MAGNETAR_DATA_DIR", "data/standalone")
@@ -29,6 +30,17 @@ def _run_until_signal(start: object, stop: object, banner: object) -> int:
 
     asyncio.run(main())
     return 0
+
+
+def _exit_on_session_loss(role: str) -> Callable[[], None]:
+    """Pulsar's default policy on metadata-session expiry: leave at once and write nothing more,
+    since another process may already hold this one's ownership or registration."""
+
+    def exit_now() -> None:
+        print(f"magnetar {role}: metadata session lost, exiting", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    return exit_now
 
 
 def cmd_standalone(args: argparse.Namespace) -> int:
@@ -79,16 +91,10 @@ def cmd_bookie(args: argparse.Namespace) -> int:
             if store is not None:
                 await store.close()
             raise
-        lost = getattr(store, "session_lost", None)
-        if isinstance(lost, asyncio.Event):
-
-            async def exit_on_session_loss(event: asyncio.Event) -> None:
-                await event.wait()
-                # Its registration is gone and another bookie may be replacing it: stop serving.
-                print("magnetar bookie: metadata session lost, exiting", file=sys.stderr, flush=True)
-                os._exit(3)
-
-            state["session_watch"] = asyncio.get_running_loop().create_task(exit_on_session_loss(lost))
+        on_session_lost = getattr(store, "on_session_lost", None)  # stores with leases (etcd)
+        if on_session_lost is not None:
+            # Its registration is gone and another bookie may be replacing it: stop serving.
+            on_session_lost(_exit_on_session_loss("bookie"))
         if args.http_port is not None:
             from magnetar.bookie.http import BookieHttpServer
 
@@ -148,13 +154,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     async def start() -> None:
         await node.start()
         assert node.broker is not None
-
-        def fatal() -> None:
-            # Pulsar's default policy on metadata-session expiry: shut down at once, write nothing.
-            print("magnetar broker: metadata session lost, exiting", file=sys.stderr, flush=True)
-            os._exit(3)
-
-        node.broker.on_fatal = fatal
+        node.broker.on_fatal = _exit_on_session_loss("broker")
 
     def banner() -> str:
         assert node.broker is not None
