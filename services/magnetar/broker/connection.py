@@ -15,8 +15,6 @@ import itertools
 import logging
 from typing import Any
 
-import msgpack
-
 from magnetar import __version__
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.subscription import Subscription
@@ -33,12 +31,11 @@ from magnetar.protocol.errors import (
     ProducerBusy,
     UnknownCommand,
 )
-from magnetar.protocol.framing import FrameDecoder
+from magnetar.protocol.framing import FrameDecoder, encode_frames
 from magnetar.protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
-_packer_opts = {"use_bin_type": True}
 
 
 class ServerConnection(asyncio.Protocol):
@@ -53,9 +50,8 @@ class ServerConnection(asyncio.Protocol):
         self.decoder = FrameDecoder(service.config.max_message_size + 64 * 1024)
         self.producers: dict[int, tuple[ServerProducer, PersistentTopic]] = {}
         self.consumers: dict[int, tuple[ServerConsumer, Subscription, PersistentTopic]] = {}
-        self._out: list[bytes] = []
+        self._out: list[dict[str, Any]] = []
         self._flush_scheduled = False
-        self._packer = msgpack.Packer(use_bin_type=True)
         self._closed = False
         self._handlers = {
             c.CONNECT: self._connect,
@@ -108,11 +104,10 @@ class ServerConnection(asyncio.Protocol):
         self._closed = True
 
     def write(self, frame: dict[str, Any]) -> None:
+        """Queue a frame; everything queued in one loop iteration goes out in one write."""
         if self._closed:
             return
-        body = self._packer.pack(frame)
-        self._out.append(len(body).to_bytes(4, "big"))
-        self._out.append(body)
+        self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -120,7 +115,7 @@ class ServerConnection(asyncio.Protocol):
     def _flush(self) -> None:
         self._flush_scheduled = False
         if self._out and self.transport is not None and not self._closed:
-            self.transport.writelines(self._out)
+            self.transport.write(encode_frames(self._out))
         self._out = []
 
     def _fatal(self, code: str, message: str) -> None:
