@@ -326,8 +326,7 @@ class AdminServer:
         out: list[str] = []
         for local in await res.namespace_topics(tenant, ns):
             name = TopicName("persistent", tenant, ns, local)
-            record = await res.get_topic(name)
-            n = int(record[0].get("partitions", 0)) if record else 0
+            n = await res.partitions(name)
             out.extend(str(name.partition(i)) for i in range(n)) if n else out.append(str(name))
         return web.json_response(sorted(out))
 
@@ -338,8 +337,7 @@ class AdminServer:
         out = []
         for local in await res.namespace_topics(tenant, ns):
             name = TopicName("persistent", tenant, ns, local)
-            record = await res.get_topic(name)
-            if record and int(record[0].get("partitions", 0)) > 0:
+            if await res.partitions(name) > 0:
                 out.append(str(name))
         return web.json_response(sorted(out))
 
@@ -362,13 +360,11 @@ class AdminServer:
         return web.Response(status=204)
 
     async def get_partitions(self, request: web.Request) -> web.StreamResponse:
-        record = await self.service.resources.get_topic(self._topic(request))
-        return web.json_response({"partitions": int(record[0].get("partitions", 0)) if record else 0})
+        return web.json_response({"partitions": await self.service.resources.partitions(self._topic(request))})
 
     async def delete_topic(self, request: web.Request) -> web.StreamResponse:
         name = self._topic(request)
-        record = await self.service.resources.get_topic(name)
-        if record and int(record[0].get("partitions", 0)) > 0:
+        if await self.service.resources.partitions(name) > 0:
             raise Conflict(f"{name} is a partitioned topic: delete it with DELETE .../partitions")
         forwarded = await self._forward(request, name)
         if forwarded is not None:
@@ -378,16 +374,14 @@ class AdminServer:
 
     async def delete_partitioned(self, request: web.Request) -> web.StreamResponse:
         name = self._topic(request)
-        record = await self.service.resources.get_topic(name)
-        if not record or int(record[0].get("partitions", 0)) == 0:
+        if await self.service.resources.partitions(name) == 0:
             raise NotFound(f"partitioned topic {name} does not exist")
         await self._delete_any_topic(name, force=_force(request))
         return web.Response(status=204)
 
     async def _delete_any_topic(self, name: TopicName, *, force: bool) -> None:
         res = self.service.resources
-        record = await res.get_topic(name)
-        n = int(record[0].get("partitions", 0)) if record else 0
+        n = await res.partitions(name)
         for i in range(n):
             part = name.partition(i)
             if str(part) in self.service.topics or await self.service.store.exists(paths.managed_ledger(part)):
@@ -421,8 +415,7 @@ class AdminServer:
 
     async def partitioned_stats(self, request: web.Request) -> web.StreamResponse:
         name = self._topic(request)
-        record = await self.service.resources.get_topic(name)
-        n = int(record[0].get("partitions", 0)) if record else 0
+        n = await self.service.resources.partitions(name)
         if n == 0:
             raise NotFound(f"partitioned topic {name} does not exist")
         parts = {}

@@ -214,8 +214,7 @@ class ServerConnection(asyncio.Protocol):
 
         async def run() -> None:
             await self.service.resources.get_namespace(name.tenant, name.namespace)
-            record = await self.service.resources.get_topic(name)
-            partitions = int(record[0].get("partitions", 0)) if record else 0
+            partitions = await self.service.resources.partitions(name)
             self.write({"t": c.PARTITIONED_METADATA_RESPONSE, "rid": cmd["rid"], "partitions": partitions})
 
         self._spawn(cmd["rid"], run())

@@ -113,14 +113,18 @@ class Resources:
             return None
         return _load(found.value), found.version
 
+    async def partitions(self, topic: TopicName) -> int:
+        """The partition count of ``topic``: 0 when it is not partitioned or has no record."""
+        record = await self.get_topic(topic)
+        return int(record[0].get("partitions", 0)) if record else 0
+
     async def topic_exists(self, topic: TopicName) -> bool:
         """A topic exists if it has a record, or is a partition of a partitioned topic."""
         if await self.store.exists(self._topic_path(topic)):
             return True
         idx = topic.partition_index
         if idx >= 0:
-            base = await self.get_topic(topic.partitioned_base)
-            return base is not None and idx < int(base[0].get("partitions", 0))
+            return idx < await self.partitions(topic.partitioned_base)
         return False
 
     async def create_topic(self, topic: TopicName, partitions: int) -> None:
