@@ -59,8 +59,7 @@ class ManagedCursor:
         md = Position(*doc.get("md", list(ml.first_position)))
         cursor = cls(ml, name, md)
         cursor.acked = {p for p in from_ranges(doc.get("acked", [])) if p > md}
-        cursor._advance()
-        cursor.read_position = ml.next_position(cursor.mark_delete)
+        cursor._advance()  # also moves the read position past what the ranges acknowledged
         return cursor
 
     # ------------------------------------------------------------------ queries
@@ -69,7 +68,7 @@ class ManagedCursor:
 
     @property
     def backlog(self) -> int:
-        """Entries not yet acknowledged (Pulsar's msgBacklog counts entries the same way)."""
+        """Entries not yet acknowledged; with batching one entry holds many messages."""
         return max(0, self.ml.entries_after(self.mark_delete) - len(self.acked))
 
     def has_more(self) -> bool:
