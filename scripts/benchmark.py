@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,48 @@ def pub_sub_run(url: str, topic: str, n: int) -> tuple[dict[str, Any], dict[str,
         return produced, json.loads(Path(cout.name).read_text())
 
 
+def measure(label: str, service: Callable[[Path], Service], runs: int, messages: int) -> dict[str, Any]:
+    """Pub/sub throughput and latency at 50k msg/s, each run on a fresh service; medians."""
+    pubs: list[float] = []
+    subs: list[float] = []
+    p50s: list[float] = []
+    p99s: list[float] = []
+    for run in range(runs):
+        with tempfile.TemporaryDirectory() as d, service(Path(d)) as svc:
+            produced, consumed = pub_sub_run(svc.url, f"{label}-bench-{run}", messages)
+            pubs.append(produced["msg_per_s"])
+            subs.append(consumed["msg_per_s"])
+            lat = perf(
+                "produce",
+                f"{label}-lat-{run}",
+                "--url",
+                svc.url,
+                "--rate",
+                "50000",
+                "--time",
+                "10",
+                "--size",
+                "100",
+                "--batch-delay-ms",
+                "1",
+            )
+            p50s.append(lat["latency_ms"]["p50"])
+            p99s.append(lat["latency_ms"]["p99"])
+        print(
+            f"{label} run {run}: publish {pubs[-1]:,.0f} msg/s (p99 {produced['latency_ms']['p99']} ms), "
+            f"consume {subs[-1]:,.0f} msg/s; at 50k msg/s p50 {p50s[-1]} ms p99 {p99s[-1]} ms"
+        )
+    print(
+        f"{label.upper()} MEDIAN publish {median(pubs):,.0f} msg/s, consume {median(subs):,.0f} msg/s, "
+        f"p99 at 50k msg/s {median(p99s)} ms"
+    )
+    return {
+        "publish_msg_per_s": {"median": median(pubs), "all": pubs},
+        "consume_msg_per_s": {"median": median(subs), "all": subs},
+        "latency_at_50k": {"p50_median": median(p50s), "p99_median": median(p99s), "p99_all": p99s},
+    }
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -201,77 +244,12 @@ def main() -> int:
     print(f"raw LMDB durable commits/s: median {median(lm):,.0f}  {[round(x) for x in lm]}")
     print(f"raw asyncio loopback frames/s: median {median(lb):,.0f}  {[round(x) for x in lb]}")
 
-    pubs, subs, p99s, lat_p99, lat_p50 = [], [], [], [], []
-    for run in range(args.runs):
-        with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as sa:
-            produced, consumed = pub_sub_run(sa.url, f"bench-{run}", args.messages)
-            pubs.append(produced["msg_per_s"])
-            subs.append(consumed["msg_per_s"])
-            p99s.append(produced["latency_ms"]["p99"])
-            lat = perf(
-                "produce",
-                f"lat-{run}",
-                "--url",
-                sa.url,
-                "--rate",
-                "50000",
-                "--time",
-                "10",
-                "--size",
-                "100",
-                "--batch-delay-ms",
-                "1",
-            )
-            lat_p99.append(lat["latency_ms"]["p99"])
-            lat_p50.append(lat["latency_ms"]["p50"])
-        print(
-            f"run {run}: publish {pubs[-1]:,.0f} msg/s (p99 {p99s[-1]} ms), consume {subs[-1]:,.0f} msg/s; "
-            f"at 50k msg/s p50 {lat_p50[-1]} ms p99 {lat_p99[-1]} ms"
-        )
-    res["publish_msg_per_s"] = {"median": median(pubs), "all": pubs}
-    res["consume_msg_per_s"] = {"median": median(subs), "all": subs}
-    res["latency_at_50k"] = {"p50_median": median(lat_p50), "p99_median": median(lat_p99), "p99_all": lat_p99}
-    print(
-        f"MEDIAN publish {median(pubs):,.0f} msg/s, consume {median(subs):,.0f} msg/s, "
-        f"p99 at 50k msg/s {median(lat_p99)} ms"
-    )
-
+    res.update(measure("standalone", standalone, args.runs, args.messages))
     if args.cluster:
-        cpubs, csubs, clat = [], [], []
-        for run in range(args.runs):
-            with tempfile.TemporaryDirectory() as d, local_cluster(Path(d)) as lc:
-                produced, consumed = pub_sub_run(lc.url, f"cbench-{run}", args.messages)
-                cpubs.append(produced["msg_per_s"])
-                csubs.append(consumed["msg_per_s"])
-                lat = perf(
-                    "produce",
-                    f"clat-{run}",
-                    "--url",
-                    lc.url,
-                    "--rate",
-                    "50000",
-                    "--time",
-                    "10",
-                    "--size",
-                    "100",
-                    "--batch-delay-ms",
-                    "1",
-                )
-                clat.append((lat["latency_ms"]["p50"], lat["latency_ms"]["p99"], produced["latency_ms"]["p99"]))
-            print(
-                f"cluster run {run}: publish {cpubs[-1]:,.0f} msg/s, consume {csubs[-1]:,.0f} msg/s; "
-                f"at 50k msg/s p50 {clat[-1][0]} ms p99 {clat[-1][1]} ms"
-            )
-        res["cluster"] = {
-            "publish_msg_per_s": {"median": median(cpubs), "all": cpubs},
-            "consume_msg_per_s": {"median": median(csubs), "all": csubs},
-            "latency_at_50k": {"p50_median": median([x[0] for x in clat]), "p99_median": median([x[1] for x in clat])},
-            "ratio_to_standalone_publish": median(cpubs) / median(pubs),
-        }
-        print(
-            f"CLUSTER MEDIAN publish {median(cpubs):,.0f} msg/s ({median(cpubs) / median(pubs):.2f}x standalone), "
-            f"consume {median(csubs):,.0f} msg/s, p99 at 50k msg/s {median([x[1] for x in clat])} ms"
-        )
+        res["cluster"] = measure("cluster", local_cluster, args.runs, args.messages)
+        ratio = res["cluster"]["publish_msg_per_s"]["median"] / res["publish_msg_per_s"]["median"]
+        res["cluster"]["ratio_to_standalone_publish"] = ratio
+        print(f"cluster publish = {ratio:.2f}x standalone")
 
     if args.backlog:
         with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as sa:
