@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +35,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support.process import ProcessControl
 
 from magnetar.ledger.metadata_format import LedgerMetadata, decode
 from magnetar.metadata.etcd_store import EtcdMetadataStore
@@ -86,7 +87,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str = "condit
 
 
 @dataclass
-class Proc:
+class Proc(ProcessControl):
     """One child process: its command line, log, readiness banner and signals.
 
     ``ready`` patterns are searched in every stdout/stderr line; the first match's groups are kept in
@@ -207,49 +208,14 @@ class Proc:
         """The recent output of the current run (kept in memory, last few hundred lines)."""
         return "".join(self._lines)
 
-    def log_tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    # ------------------------------------------------------------------ signals
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(sig)
-
-    def kill9(self) -> None:
-        """SIGKILL (after SIGCONT if paused) and reap."""
-        if self.proc is None:
-            return
-        self._signal(signal.SIGCONT)  # a stopped process would not die until continued
-        self.paused = False
-        self._signal(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(30)
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM, wait up to ``timeout`` for a clean exit, then SIGKILL. Returns the exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            if self.paused:
-                self.resume()
-            self._signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-        return self.proc.returncode
+    # ------------------------------------------------------------------ signals (ProcessControl)
 
     def pause(self) -> None:
-        self._signal(signal.SIGSTOP)
+        super().pause()
         self.paused = True
 
     def resume(self) -> None:
-        self._signal(signal.SIGCONT)
+        super().resume()
         self.paused = False
 
     def wait_exit(self, timeout: float) -> int:

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -22,6 +21,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.process import ProcessControl
 
 
 def etcd_binary() -> str | None:
@@ -39,7 +40,7 @@ def _free_port() -> int:
 
 
 @dataclass
-class EtcdProcess:
+class EtcdProcess(ProcessControl):
     data_dir: Path
     log_path: Path
     binary: str = "etcd"
@@ -112,36 +113,8 @@ class EtcdProcess:
                 raise TimeoutError(f"etcd not healthy after {timeout}s; log:\n{self.log_tail()}")
             time.sleep(0.05)  # poll interval while etcd boots; there is no event to wait on
 
-    def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(30)
-
-    def pause(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-
     def stop(self, timeout: float = 15.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-        return self.proc.returncode
+        return super().stop(timeout)
 
     def restart(self, *, hard: bool = True) -> None:
         """Bring etcd back on the same ports and data; ``hard`` kills it with -9 first."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -20,11 +19,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.process import ProcessControl
+
 _BANNER = re.compile(r"magnetar standalone ready: service (\S+) admin (\S+) bookie (\S+)")
 
 
 @dataclass
-class StandaloneProcess:
+class StandaloneProcess(ProcessControl):
     data_dir: Path
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
@@ -78,28 +79,6 @@ class StandaloneProcess:
             if time.monotonic() > deadline:
                 self.kill9()
                 raise TimeoutError(f"standalone not ready after {timeout}s; log:\n{self.log_tail()}")
-
-    def log_tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(30)
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-        return self.proc.returncode
 
     def restart(self) -> None:
         self.stop()
