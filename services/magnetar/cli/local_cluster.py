@@ -28,22 +28,21 @@ class Child:
     proc: subprocess.Popen[bytes]
     address: str = ""
     ready: threading.Event = field(default_factory=threading.Event)
-    banner: str = ""
 
 
-def _pump(child: Child, log_path: Path, marker: str) -> None:
+def _pump(child: Child, log_path: Path, marker: str | None) -> None:
+    """Copy the child's output to its log; its first line containing ``marker`` means ready."""
     assert child.proc.stdout is not None
     with open(log_path, "ab") as log:
         for raw in child.proc.stdout:
             log.write(raw)
             log.flush()
             line = raw.decode(errors="replace")
-            if marker in line and not child.ready.is_set():
-                child.banner = line.strip()
+            if marker is not None and marker in line:
                 child.ready.set()
 
 
-def _spawn(role: str, name: str, argv: list[str], logs: Path, marker: str) -> Child:
+def _spawn(role: str, name: str, argv: list[str], logs: Path, marker: str | None) -> Child:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     child = Child(role, name, proc)
     threading.Thread(target=_pump, args=(child, logs / f"{name}.log", marker), daemon=True).start()
@@ -111,7 +110,7 @@ def run_local_cluster(args: argparse.Namespace) -> int:
                 f"local=http://127.0.0.1:{ep + 1}",
             ],
             logs,
-            "\x00never",
+            None,  # ready when /health says so (_wait_etcd)
         )
         etcd.address = f"127.0.0.1:{ep}"
         children.append(etcd)
