@@ -8,13 +8,15 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 DEFAULT_DATA_DIR = os.environ.get("MAGNETAR_DATA_DIR", "data/standalone")
 
 
-def _run_until_signal(start: object, stop: object, banner: object) -> int:
+def _run_until_signal(
+    start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]], banner: Callable[[], str]
+) -> int:
     """Start a service, print its banner, run until SIGINT/SIGTERM, then stop it cleanly."""
 
     async def main() -> None:
@@ -22,11 +24,11 @@ def _run_until_signal(start: object, stop: object, banner: object) -> int:
         stopping = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stopping.set)
-        await start()  # type: ignore[operator]
-        print(banner(), flush=True)  # type: ignore[operator]
+        await start()
+        print(banner(), flush=True)
         await stopping.wait()
         print("magnetar: shutting down", flush=True)
-        await stop()  # type: ignore[operator]
+        await stop()
 
     asyncio.run(main())
     return 0
@@ -63,67 +65,31 @@ def cmd_standalone(args: argparse.Namespace) -> int:
 
 
 def cmd_bookie(args: argparse.Namespace) -> int:
-    from magnetar.bookie.service import BookieService
-    from magnetar.metadata.store import MetadataStore
+    from magnetar.bookie.node import BookieNode
 
-    state: dict[str, object] = {}
+    node = BookieNode(
+        Path(args.data_dir),
+        host=args.host,
+        port=args.port,
+        bookie_id=args.bookie_id,
+        metadata_url=args.metadata_url,
+        readonly_threshold=args.readonly_threshold,
+        reprovision=args.reprovision,
+        advertised_host=args.advertised_address,
+        http_port=args.http_port,
+    )
 
     async def start() -> None:
-        store: MetadataStore | None = None
-        if args.metadata_url:
-            from magnetar.metadata.url import open_metadata_store
-
-            store = await open_metadata_store(args.metadata_url)
-        svc = BookieService(
-            Path(args.data_dir),
-            host=args.host,
-            port=args.port,
-            bookie_id=args.bookie_id,
-            store=store,
-            readonly_threshold=args.readonly_threshold,
-            reprovision=args.reprovision,
-            advertised_host=args.advertised_address,
-        )
-        state.update(store=store, svc=svc)
-        try:
-            await svc.start()
-        except BaseException:
-            if store is not None:
-                await store.close()
-            raise
-        on_session_lost = getattr(store, "on_session_lost", None)  # stores with leases (etcd)
+        await node.start()
+        on_session_lost = getattr(node.store, "on_session_lost", None)  # stores with leases (etcd)
         if on_session_lost is not None:
             # Its registration is gone and another bookie may be replacing it: stop serving.
             on_session_lost(_exit_on_session_loss("bookie"))
-        if args.http_port is not None:
-            from magnetar.bookie.http import BookieHttpServer
-
-            http = BookieHttpServer(svc)
-            await http.start(args.host, args.http_port)
-            state["http"] = http
-
-    async def stop() -> None:
-        http = state.get("http")
-        if http is not None:
-            await http.stop()  # type: ignore[attr-defined]
-        svc = state.get("svc")
-        if isinstance(svc, BookieService):
-            await svc.stop()
-        store = state.get("store")
-        if store is not None:
-            await store.close()  # type: ignore[attr-defined]
-
-    def banner() -> str:
-        svc = state["svc"]
-        assert isinstance(svc, BookieService)
-        http = state.get("http")
-        extra = f" http {args.host}:{http.port}" if http is not None else ""  # type: ignore[attr-defined]
-        return f"magnetar bookie {args.bookie_id} ready on {args.host}:{svc.port} data {args.data_dir}{extra}"
 
     from magnetar.bookie.cookie import CookieMismatch
 
     try:
-        return _run_until_signal(start, stop, banner)
+        return _run_until_signal(start, node.stop, node.banner)
     except CookieMismatch as exc:
         print(f"magnetar bookie: refusing to start: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -1,0 +1,78 @@
+"""A bookie process: the bookie service, its metadata session (in a cluster) and its HTTP endpoint.
+
+The counterpart of ``broker.node.BrokerNode``: ``magnetar bookie`` builds one from its flags or
+config file and runs it until a signal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from magnetar.bookie.http import BookieHttpServer
+from magnetar.bookie.service import BookieService
+from magnetar.metadata.store import MetadataStore
+from magnetar.metadata.url import open_metadata_store
+
+
+class BookieNode:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        host: str,
+        port: int,
+        bookie_id: str,
+        metadata_url: str | None = None,
+        readonly_threshold: float = 0.95,
+        reprovision: bool = False,
+        advertised_host: str | None = None,
+        http_port: int | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.host = host
+        self.port = port
+        self.bookie_id = bookie_id
+        self.metadata_url = metadata_url
+        self.readonly_threshold = readonly_threshold
+        self.reprovision = reprovision
+        self.advertised_host = advertised_host
+        self.http_port = http_port
+        self.store: MetadataStore | None = None
+        self.service: BookieService | None = None
+        self.http: BookieHttpServer | None = None
+
+    async def start(self) -> None:
+        if self.metadata_url:
+            self.store = await open_metadata_store(self.metadata_url)
+        self.service = BookieService(
+            self.data_dir,
+            host=self.host,
+            port=self.port,
+            bookie_id=self.bookie_id,
+            store=self.store,
+            readonly_threshold=self.readonly_threshold,
+            reprovision=self.reprovision,
+            advertised_host=self.advertised_host,
+        )
+        try:
+            await self.service.start()
+        except BaseException:
+            if self.store is not None:
+                await self.store.close()
+            raise
+        if self.http_port is not None:
+            self.http = BookieHttpServer(self.service)
+            await self.http.start(self.host, self.http_port)
+
+    async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
+        if self.service is not None:
+            await self.service.stop()
+        if self.store is not None:
+            await self.store.close()
+
+    def banner(self) -> str:
+        assert self.service is not None
+        http = f" http {self.host}:{self.http.port}" if self.http is not None else ""
+        return f"magnetar bookie {self.bookie_id} ready on {self.host}:{self.service.port} data {self.data_dir}{http}"
