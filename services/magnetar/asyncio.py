@@ -1,0 +1,42 @@
+"""``magnetar.asyncio``: the asyncio client under the name pulsar-client 3.x gives it.
+
+Pulsar's Python client ships its asyncio flavour as the submodule ``pulsar.asyncio``, so a program
+written against it says ``from pulsar.asyncio import Client``. This module makes that line work
+after ``import magnetar as pulsar``-style renaming: it is a real submodule (an attribute alone
+would satisfy ``magnetar.asyncio.Client`` but not the ``from ... import`` form, which the README
+promised and which raised ``ModuleNotFoundError``). The implementation lives in
+``magnetar.client.aio``; this module only re-exports it.
+
+It sits directly under ``services/magnetar/``, never on ``sys.path`` by itself, so it cannot
+shadow the standard library's ``asyncio``.
+"""
+
+from __future__ import annotations
+
+from magnetar.client.aio import (
+    Client,
+    CompressionType,
+    Consumer,
+    ConsumerType,
+    InitialPosition,
+    MagnetarError,
+    Message,
+    MessageId,
+    Producer,
+    ProducerQueueIsFull,
+    Result,
+)
+
+__all__ = [
+    "Client",
+    "CompressionType",
+    "Consumer",
+    "ConsumerType",
+    "InitialPosition",
+    "MagnetarError",
+    "Message",
+    "MessageId",
+    "Producer",
+    "ProducerQueueIsFull",
+    "Result",
+]
