@@ -25,7 +25,8 @@ import aiohttp
 import pytest
 from tests.support.etcd import EtcdProcess, run_etcd
 
-from magnetar.metadata.etcd_store import EtcdMetadataStore, JsonLines, SessionLost, parse_etcd_url
+from magnetar.metadata.etcd_gateway import JsonLines
+from magnetar.metadata.etcd_store import EtcdMetadataStore, SessionLost, parse_etcd_url
 from magnetar.metadata.lmdb_store import LmdbMetadataStore
 from magnetar.metadata.store import MUST_NOT_EXIST, Notification
 from magnetar.metadata.url import open_metadata_store

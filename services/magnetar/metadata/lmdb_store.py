@@ -41,7 +41,16 @@ from typing import Any, TypeVar
 import lmdb
 import msgpack
 
-from magnetar.metadata.store import ANY_VERSION, MUST_NOT_EXIST, Notification, Stat, Versioned, Watcher
+from magnetar.metadata.store import (
+    ANY_VERSION,
+    MUST_NOT_EXIST,
+    Notification,
+    Stat,
+    Versioned,
+    Watcher,
+    check_path,
+    is_under,
+)
 from magnetar.protocol.errors import AlreadyClosed, BadVersion, NotFound
 
 T = TypeVar("T")
@@ -49,18 +58,6 @@ T = TypeVar("T")
 DEFAULT_MAP_SIZE = 64 * 1024**3  # virtual: LMDB's map is sparse, this is only an upper bound
 _REVISION_KEY = b"revision"
 _U64 = struct.Struct(">Q")
-
-
-def check_path(path: str) -> str:
-    """Paths are absolute, ``/``-separated, with no empty segment and no trailing slash."""
-    if not path.startswith("/") or (path != "/" and (path.endswith("/") or "//" in path)):
-        raise ValueError(f"invalid metadata path {path!r}")
-    return path
-
-
-def _under(path: str, prefix: str) -> bool:
-    """True if ``path`` is ``prefix`` or below it: ``/a`` covers ``/a/b`` but not ``/ab``."""
-    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
 
 
 class LmdbMetadataStore:
@@ -176,7 +173,7 @@ class LmdbMetadataStore:
         loop = asyncio.get_running_loop()
         note = Notification(kind, path)
         for prefix, callback in list(self._watchers.values()):
-            if _under(path, prefix):
+            if is_under(path, prefix):
                 loop.call_soon(callback, note)
 
     # --- MetadataStore

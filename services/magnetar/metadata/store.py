@@ -47,6 +47,19 @@ class Notification:
 Watcher = Callable[[Notification], None]
 
 
+def check_path(path: str) -> str:
+    """Paths are absolute, ``/``-separated, with no empty segment and no trailing slash."""
+    if not path.startswith("/") or (path != "/" and (path.endswith("/") or "//" in path)):
+        raise ValueError(f"invalid metadata path {path!r}")
+    return path
+
+
+def is_under(path: str, prefix: str) -> bool:
+    """True if ``path`` is ``prefix`` or below it: ``/a`` covers ``/a/b`` but not ``/ab`` (the
+    rule a ``watch`` on ``prefix`` uses to pick the changes it reports)."""
+    return prefix == "/" or path == prefix or path.startswith(prefix + "/")
+
+
 class MetadataStore(Protocol):
     async def get(self, path: str) -> Versioned | None:
         """The value and version at ``path``, or None."""
