@@ -24,17 +24,14 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from tests.support.etcd import EtcdProcess
 
-from magnetar.bookie.auditor import AUDITOR_PATH, current_auditor
-from magnetar.bookie.decommission import (
+from magnetar.bookie.autorecovery.auditor import AUDITOR_PATH, current_auditor
+from magnetar.bookie.autorecovery.decommission import (
     DecommissionTimeout,
     cancel_decommission,
     decommission,
     decommissioning,
 )
-from magnetar.bookie.registration import lookup
-from magnetar.bookie.resolver import MetadataBookieResolver
-from magnetar.bookie.service import AutoRecoveryOptions, BookieService
-from magnetar.bookie.underreplication import (
+from magnetar.bookie.autorecovery.underreplication import (
     UNDERREPLICATED,
     UnderReplicated,
     entries_on_slots,
@@ -46,6 +43,9 @@ from magnetar.bookie.underreplication import (
     underreplicated_count,
     underreplicated_ledgers,
 )
+from magnetar.bookie.registration import lookup
+from magnetar.bookie.resolver import MetadataBookieResolver
+from magnetar.bookie.service import AutoRecoveryOptions, BookieService
 from magnetar.ledger.distribution import write_set
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_format import Fragment, LedgerMetadata, LedgerState

@@ -29,16 +29,16 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from magnetar.bookie.auditor import DEFAULT_GRACE_PERIOD, DEFAULT_RECHECK_INTERVAL, Auditor
-from magnetar.bookie.cookie import Cookie, read_local_cookie, verify_cookie
-from magnetar.bookie.local_client import LocalBookieClient
-from magnetar.bookie.metrics import BookieMetrics
-from magnetar.bookie.replication import (
+from magnetar.bookie.autorecovery.auditor import DEFAULT_GRACE_PERIOD, DEFAULT_RECHECK_INTERVAL, Auditor
+from magnetar.bookie.autorecovery.replication import (
     DEFAULT_COPY_CONCURRENCY,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_RETRY_DELAY,
     ReplicationWorker,
 )
+from magnetar.bookie.cookie import Cookie, read_local_cookie, verify_cookie
+from magnetar.bookie.local_client import LocalBookieClient
+from magnetar.bookie.metrics import BookieMetrics
 from magnetar.bookie.resolver import MetadataBookieResolver
 from magnetar.bookie.server import BookieServer
 from magnetar.bookie.storage import BookieStorage

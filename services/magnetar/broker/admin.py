@@ -1,7 +1,8 @@
 """The admin REST API (aiohttp), on Pulsar's ``/admin/v2/...`` paths, plus health and metrics.
 
 In a cluster, operations on one topic run on the broker that owns it: any other broker forwards
-the request there (``_forward``), so the admin API can be reached through any broker.
+the request there (``_forward``), so the admin API can be reached through any broker. The bookie
+routes (``/admin/v2/bookies...``) are registered from ``admin_bookies``.
 
 Errors follow Pulsar: a JSON body ``{"reason": "..."}`` with 400 for invalid input, 404 for a
 missing tenant/namespace/topic, 409 for "already exists" or "still in use", 412 for a
@@ -19,6 +20,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from magnetar.broker.admin_bookies import add_bookie_routes
 from magnetar.broker.policies import POLICY_ENDPOINTS, PolicyError, unenforced
 from magnetar.broker.resources import Conflict
 from magnetar.metadata import paths
@@ -28,7 +30,6 @@ from magnetar.protocol.errors import (
     InvalidTopicName,
     MagnetarError,
     NamespaceNotFound,
-    NotEnoughBookies,
     NotFound,
     TenantNotFound,
     TopicNotFound,
@@ -99,10 +100,7 @@ class AdminServer:
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/ready", self.ready)
         r.add_get("/metrics", self.metrics)
-        r.add_get("/admin/v2/bookies", self.list_bookies)
-        r.add_get("/admin/v2/bookies/underreplicated", self.underreplicated)
-        r.add_post("/admin/v2/bookies/{bookie}/decommission", self.decommission_bookie)
-        r.add_delete("/admin/v2/bookies/{bookie}", self.forget_bookie)
+        add_bookie_routes(self.app, self.service)  # /admin/v2/bookies...: broker/admin_bookies.py
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
@@ -144,65 +142,6 @@ class AdminServer:
         for reg in self.service.extra_registries:
             body += generate_latest(reg)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    # ------------------------------------------------------------------ bookies
-    async def list_bookies(self, request: web.Request) -> web.StreamResponse:
-        from magnetar.bookie.underreplication import decommissioning_bookies
-
-        store = self.service.store
-        draining = await decommissioning_bookies(store)
-        out = []
-        for bookie_id in await store.children(paths.BOOKIES_AVAILABLE):
-            found = await store.get(paths.bookie_available(bookie_id))
-            info = json.loads(found.value) if found else {}
-            out.append({"id": bookie_id, **info, "decommissioning": bookie_id in draining})
-        return web.json_response(out)
-
-    async def underreplicated(self, request: web.Request) -> web.StreamResponse:
-        from magnetar.bookie.underreplication import underreplicated_ledgers
-
-        ledgers = await underreplicated_ledgers(self.service.store)
-        return web.json_response({"count": len(ledgers), "ledgers": ledgers})
-
-    async def decommission_bookie(self, request: web.Request) -> web.StreamResponse:
-        """Drain a bookie (its ledgers re-replicated elsewhere); answers when it may be removed."""
-        from magnetar.bookie.decommission import DecommissionTimeout, decommission
-
-        timeout = float(request.query.get("timeout", "600"))
-        bookie_id = request.match_info["bookie"]
-        try:
-            report = await decommission(self.service.store, self.service.ledgers.bookies, bookie_id, timeout=timeout)
-        except DecommissionTimeout as exc:
-            return web.json_response({"reason": str(exc), "remaining": list(exc.report.remaining)}, status=504)
-        except NotEnoughBookies as exc:
-            return web.json_response({"reason": str(exc)}, status=412)
-        return web.json_response(
-            {
-                "bookie": report.bookie_id,
-                "ledgersMoved": report.ledgers_marked,
-                "seconds": round(report.elapsed_seconds, 3),
-                "complete": report.complete,
-            }
-        )
-
-    async def forget_bookie(self, request: web.Request) -> web.StreamResponse:
-        """Forget a removed bookie: its identity cookie and decommission flag, so that a new bookie
-        may later take the same name on a fresh disk. Refused while it is registered or holds data."""
-        from magnetar.bookie.underreplication import decommissioning_path, ledgers_referencing
-
-        store = self.service.store
-        bookie_id = request.match_info["bookie"]
-        if await store.exists(paths.bookie_available(bookie_id)):
-            raise Conflict(f"bookie {bookie_id} is still running (registered); stop it first")
-        holding = await ledgers_referencing(store, {bookie_id})
-        if holding:
-            raise Conflict(f"bookie {bookie_id} still holds ledgers {sorted(holding)[:20]}; decommission it first")
-        for path in (paths.bookie_cookie(bookie_id), decommissioning_path(bookie_id)):
-            try:
-                await store.delete(path)
-            except NotFound:
-                pass
-        return web.Response(status=204)
 
     # ------------------------------------------------------------------ tenants
     async def list_tenants(self, request: web.Request) -> web.StreamResponse:

@@ -20,7 +20,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from magnetar.bookie.underreplication import (
+from magnetar.bookie.autorecovery.underreplication import (
     DECOMMISSIONING,
     decommissioning_bookies,
     decommissioning_path,

@@ -33,8 +33,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from magnetar.bookie.metrics import BoundBookieMetrics
-from magnetar.bookie.underreplication import (
+from magnetar.bookie.autorecovery.underreplication import (
     UNDERREPLICATED,
     available_bookies,
     decommissioning_bookies,
@@ -47,6 +46,7 @@ from magnetar.bookie.underreplication import (
     underreplicated_count,
     underreplicated_ledgers,
 )
+from magnetar.bookie.metrics import BoundBookieMetrics
 from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore, Notification
 from magnetar.protocol.errors import BadVersion, MagnetarError

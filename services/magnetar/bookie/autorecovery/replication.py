@@ -43,8 +43,7 @@ import time
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from magnetar.bookie.metrics import BoundBookieMetrics
-from magnetar.bookie.underreplication import (
+from magnetar.bookie.autorecovery.underreplication import (
     DECOMMISSIONING,
     UNDERREPLICATED,
     UNDERREPLICATED_LOCKS,
@@ -58,6 +57,7 @@ from magnetar.bookie.underreplication import (
     read_marker,
     underreplicated_ledgers,
 )
+from magnetar.bookie.metrics import BoundBookieMetrics
 from magnetar.ledger.bookie_api import BookieResolver, ReadResult
 from magnetar.ledger.distribution import write_set
 from magnetar.ledger.metadata_format import Fragment, LedgerMetadata, decode, encode
