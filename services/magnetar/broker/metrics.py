@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.topic import PersistentTopic
 
 
 class BrokerMetrics:
@@ -32,10 +33,10 @@ class BrokerMetrics:
         self.rate_in = Gauge("magnetar_topic_msg_rate_in", "Messages/s published per topic", ["topic"], registry=r)
         self.rate_out = Gauge("magnetar_topic_msg_rate_out", "Messages/s dispatched per topic", ["topic"], registry=r)
 
-    def update(self, service: BrokerService) -> None:
-        """Refresh the per-topic gauges (called once a second by the broker)."""
-        self.topics.set(len(service.topics))
-        for name, topic in service.topics.items():
+    def update(self, topics: Mapping[str, PersistentTopic]) -> None:
+        """Refresh the per-topic gauges from the broker's loaded topics (called once a second)."""
+        self.topics.set(len(topics))
+        for name, topic in topics.items():
             self.storage.labels(name).set(topic.ml.total_size)
             self.rate_in.labels(name).set(topic.rate_in.msg_rate)
             self.rate_out.labels(name).set(topic.rate_out.msg_rate)

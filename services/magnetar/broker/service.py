@@ -1,4 +1,8 @@
-"""BrokerService: owns the topics this broker serves and the servers in front of them.
+"""BrokerService: owns the topics this broker serves.
+
+The servers in front of it (the client TCP listener and the admin HTTP server) belong to the
+process that runs it (``magnetar.node``): the node binds them, tells the service its bound ports
+(``listening``) and only then calls ``start``, because a cluster broker registers its URLs.
 
 Topics are loaded on first use (a producer, a consumer or an admin call) and stay loaded until
 unloaded or the broker stops; concurrent first uses share one load. A topic is auto-created as a
@@ -60,8 +64,8 @@ class BrokerService:
         self.metrics = metrics or BrokerMetrics()
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
-        self._server: asyncio.Server | None = None
-        self._web: Any = None
+        self._port: int | None = None
+        self._web_port: int | None = None
         self._ticker: asyncio.Task[None] | None = None
         self.connections: set[Any] = set()
         self.ready = False
@@ -76,11 +80,16 @@ class BrokerService:
         self.on_fatal: Any = None
 
     # ------------------------------------------------------------------ addresses
+    def listening(self, port: int, web_port: int) -> None:
+        """Record the bound service and admin ports (the node binds them before ``start``)."""
+        self._port = port
+        self._web_port = web_port
+
     @property
     def port(self) -> int:
-        assert self._server is not None
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
+        if self._port is None:
+            raise RuntimeError("the broker's service port is not bound yet")
+        return self._port
 
     @property
     def broker_url(self) -> str:
@@ -88,8 +97,9 @@ class BrokerService:
 
     @property
     def web_port(self) -> int:
-        port: int = self._web.port
-        return port
+        if self._web_port is None:
+            raise RuntimeError("the broker's admin port is not bound yet")
+        return self._web_port
 
     @property
     def web_url(self) -> str:
@@ -97,15 +107,7 @@ class BrokerService:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        from magnetar.broker.admin import AdminServer
-        from magnetar.broker.connection import ServerConnection
-
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: ServerConnection(self), self.config.host, self.config.port, reuse_address=True
-        )
-        self._web = AdminServer(self)
-        await self._web.start(self.config.host, self.config.web_port)
+        """Join the cluster (when clustered) and start serving; the listeners are already bound."""
         if self.clustered:
             me = BrokerInfo(f"{self.config.advertised_host}:{self.port}", self.broker_url, self.web_url)
             self.ownership = Ownership(self.store, me, bundles=self.bundles)
@@ -114,7 +116,7 @@ class BrokerService:
             on_session_lost = getattr(self.store, "on_session_lost", None)  # stores with leases (etcd)
             if on_session_lost is not None:
                 self._unwatch_session = on_session_lost(self._session_lost)
-        self._ticker = loop.create_task(self._tick())
+        self._ticker = asyncio.get_running_loop().create_task(self._tick())
         self.ready = True
 
     @property
@@ -184,10 +186,14 @@ class BrokerService:
             await asyncio.sleep(1.0)
             for topic in list(self.topics.values()):
                 topic.sample_rates()
-            self.metrics.update(self)
+            self.metrics.update(self.topics)
 
     async def stop(self) -> None:
-        """Graceful unload: leave the live set, hand topics over, seal ledgers, release bundles."""
+        """Graceful unload: leave the live set, hand topics over, seal ledgers, release bundles.
+
+        The listeners stay open throughout (clients told to look up again may ask this broker,
+        which now redirects them); afterwards the node closes the service listener, then calls
+        ``close_connections``, then stops the admin server."""
         self.ready = False
         self.closing = True
         if self._ticker is not None:
@@ -202,12 +208,11 @@ class BrokerService:
             await self.ownership.release_all()
         if self._unwatch is not None:
             self._unwatch()
-        if self._server is not None:
-            self._server.close()
+
+    def close_connections(self) -> None:
+        """Close every client connection (after ``stop``, once the listener accepts no more)."""
         for conn in list(self.connections):
             conn.close()
-        if self._web is not None:
-            await self._web.stop()
 
     # ------------------------------------------------------------------ topics
     async def get_topic(self, name: TopicName, *, create: bool = True) -> PersistentTopic:

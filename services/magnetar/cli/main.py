@@ -8,16 +8,24 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 DEFAULT_DATA_DIR = os.environ.get("MAGNETAR_DATA_DIR", "data/standalone")
 
 
 def _run_until_signal(
-    start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]], banner: Callable[[], str]
+    role: str,
+    flags: Mapping[str, str],
+    start: Callable[[], Awaitable[None]],
+    stop: Callable[[], Awaitable[None]],
+    banner: Callable[[], str],
 ) -> int:
-    """Start a service, print its banner, run until SIGINT/SIGTERM, then stop it cleanly."""
+    """Start a service, print its banner, run until SIGINT/SIGTERM, then stop it cleanly.
+
+    A port already taken ends it with one line naming the port and the flag (``flags``: listener
+    → option) that chooses another, and exit code 1."""
+    from magnetar.node.listeners import PortInUse
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -30,7 +38,12 @@ def _run_until_signal(
         print("magnetar: shutting down", flush=True)
         await stop()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except PortInUse as exc:
+        hint = f"; pass {flags[exc.listener]} to choose another" if exc.listener in flags else ""
+        print(f"magnetar {role}: {exc}{hint}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -47,7 +60,7 @@ def _exit_on_session_loss(role: str) -> Callable[[], None]:
 
 def cmd_standalone(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
-    from magnetar.broker.standalone import Standalone, StandaloneConfig
+    from magnetar.node.standalone import Standalone, StandaloneConfig
 
     broker = BrokerConfig(
         host=args.host, port=args.port, web_port=args.web_port, advertised_address=args.advertised_address
@@ -61,11 +74,12 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             f"bookie {args.host}:{sa.bookie.port} data {Path(args.data_dir).resolve()}"
         )
 
-    return _run_until_signal(sa.start, sa.stop, banner)
+    flags = {"service": "--port", "admin": "--web-port", "bookie": "--bookie-port"}
+    return _run_until_signal("standalone", flags, sa.start, sa.stop, banner)
 
 
 def cmd_bookie(args: argparse.Namespace) -> int:
-    from magnetar.bookie.node import BookieNode
+    from magnetar.node.bookie import BookieNode
 
     node = BookieNode(
         Path(args.data_dir),
@@ -89,7 +103,7 @@ def cmd_bookie(args: argparse.Namespace) -> int:
     from magnetar.bookie.cookie import CookieMismatch
 
     try:
-        return _run_until_signal(start, node.stop, node.banner)
+        return _run_until_signal("bookie", {"bookie": "--port", "http": "--http-port"}, start, node.stop, node.banner)
     except CookieMismatch as exc:
         print(f"magnetar bookie: refusing to start: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -97,7 +111,7 @@ def cmd_bookie(args: argparse.Namespace) -> int:
 
 def cmd_broker(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
-    from magnetar.broker.node import BrokerNode
+    from magnetar.node.broker import BrokerNode
 
     config = BrokerConfig(
         host=args.host,
@@ -129,7 +143,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
             f"id {node.broker.broker_id}"
         )
 
-    return _run_until_signal(start, node.stop, banner)
+    return _run_until_signal("broker", {"service": "--port", "admin": "--web-port"}, start, node.stop, banner)
 
 
 def cmd_local_cluster(args: argparse.Namespace) -> int:

@@ -5,10 +5,16 @@ or after kill -9 — finds its topics, ledgers and cursors again. The broker tal
 in-process (no TCP hop); the bookie also listens on its own port so that tools that read ledgers
 directly (the Spark data source) can reach it. On first start the tenant ``public`` and the
 namespace ``public/default`` are created, as in Pulsar's standalone.
+
+Start order: metadata store, bookie (it listens and is ready before any ledger is written),
+default namespace, the broker's listeners, then the broker service. Stop runs in reverse, the
+broker's graceful unload first (it seals every ledger, so a restart needs no recovery) while its
+listeners still answer. A start that fails part-way stops what it had started and re-raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +30,7 @@ from magnetar.broker.resources import ensure_default_namespace
 from magnetar.broker.service import BrokerService
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.lmdb_store import LmdbMetadataStore
+from magnetar.node.listeners import BrokerListeners, binding
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +50,22 @@ class Standalone:
         self.store: LmdbMetadataStore | None = None
         self.bookie: BookieService | None = None
         self.broker: BrokerService | None = None
+        self.listeners: BrokerListeners | None = None
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.stop()
+            raise
+
+    async def _start(self) -> None:
         data = self.config.data_dir
         data.mkdir(parents=True, exist_ok=True)
         self.store = await LmdbMetadataStore.open(data / "metadata")
         bookie_registry = CollectorRegistry()
-        self.bookie = BookieService(
+        bookie = BookieService(
             data / "bookie",
             host=self.config.broker.host,
             port=self.config.bookie_port,
@@ -58,14 +74,16 @@ class Standalone:
             registry=bookie_registry,
             autorecovery=False,  # one bookie: there is nowhere to re-replicate to
         )
-        await self.bookie.start()
-        resolver = StaticBookieResolver(
-            {STANDALONE_BOOKIE_ID: LocalBookieClient(self.bookie.storage, STANDALONE_BOOKIE_ID)}
-        )
+        with binding(self.config.bookie_port, "bookie"):
+            await bookie.start()  # a failed start closes what it opened
+        self.bookie = bookie
+        resolver = StaticBookieResolver({STANDALONE_BOOKIE_ID: LocalBookieClient(bookie.storage, STANDALONE_BOOKIE_ID)})
         ledgers = LedgerManager(self.store, resolver)
         self.broker = BrokerService(self.config.broker, self.store, ledgers, BrokerMetrics())
         self.broker.extra_registries = [bookie_registry]
         await self._ensure_defaults()
+        self.listeners = BrokerListeners(self.broker)
+        await self.listeners.start()
         await self.broker.start()
 
     async def _ensure_defaults(self) -> None:
@@ -75,6 +93,8 @@ class Standalone:
     async def stop(self) -> None:
         if self.broker is not None:
             await self.broker.stop()
+        if self.listeners is not None:
+            await self.listeners.stop()
         if self.bookie is not None:
             await self.bookie.stop()
         if self.store is not None:

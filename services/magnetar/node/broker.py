@@ -3,9 +3,17 @@
 Unlike standalone it owns no storage: bookies register themselves in the metadata store and the
 ledger layer reaches them over TCP (``MetadataBookieResolver``); topics are served by whichever
 broker owns their bundle.
+
+Start order: metadata session, default namespace, listeners (so the broker knows the ports it
+advertises), then the service, which registers this broker in the live set. Stop runs in reverse:
+the service's graceful unload (leave the live set, hand topics over, seal ledgers, release
+bundles) while the listeners still answer, then the listeners, then the metadata session. A start
+that fails part-way stops what it had started and re-raises.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 from magnetar.bookie.resolver import MetadataBookieResolver
 from magnetar.broker.config import BrokerConfig
@@ -15,6 +23,7 @@ from magnetar.broker.service import BrokerService
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.store import MetadataStore
 from magnetar.metadata.url import open_metadata_store
+from magnetar.node.listeners import BrokerListeners
 
 
 class BrokerNode:
@@ -26,8 +35,17 @@ class BrokerNode:
         self.store: MetadataStore | None = None
         self.resolver: MetadataBookieResolver | None = None
         self.broker: BrokerService | None = None
+        self.listeners: BrokerListeners | None = None
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.stop()
+            raise
+
+    async def _start(self) -> None:
         self.store = await open_metadata_store(self.metadata_url)
         self.resolver = MetadataBookieResolver(self.store)
         ledgers = LedgerManager(self.store, self.resolver)
@@ -35,11 +53,15 @@ class BrokerNode:
             self.config, self.store, ledgers, BrokerMetrics(), clustered=True, bundles=self.bundles
         )
         await ensure_default_namespace(self.broker.resources, self.cluster)
+        self.listeners = BrokerListeners(self.broker)
+        await self.listeners.start()
         await self.broker.start()
 
     async def stop(self) -> None:
         if self.broker is not None:
             await self.broker.stop()
+        if self.listeners is not None:
+            await self.listeners.stop()
         if self.resolver is not None:
             await self.resolver.close()
         if self.store is not None:

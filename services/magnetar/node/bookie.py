@@ -1,17 +1,28 @@
 """A bookie process: the bookie service, its metadata session (in a cluster) and its HTTP endpoint.
 
-The counterpart of ``broker.node.BrokerNode``: ``magnetar bookie`` builds one from its flags or
+The counterpart of ``node.broker.BrokerNode``: ``magnetar bookie`` builds one from its flags or
 config file and runs it until a signal.
+
+Unlike the broker's, the bookie's TCP server stays inside ``BookieService``: the bookie registers
+in ``/bookies/available`` only once it listens (nobody is sent to a port that refuses) and
+deregisters before it stops listening, between the cookie check and storage open before it and
+auto-recovery after it — one ordering the service owns, which also lets tests run a full bookie
+as a ``BookieService`` alone. The HTTP endpoint (probes, metrics) is the process's, so it is here.
+
+Start order: metadata session, bookie service, HTTP endpoint; stop in reverse. A start that fails
+part-way stops what it had started and re-raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from magnetar.bookie.http import BookieHttpServer
 from magnetar.bookie.service import BookieService
 from magnetar.metadata.store import MetadataStore
 from magnetar.metadata.url import open_metadata_store
+from magnetar.node.listeners import binding
 
 
 class BookieNode:
@@ -42,9 +53,17 @@ class BookieNode:
         self.http: BookieHttpServer | None = None
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.stop()
+            raise
+
+    async def _start(self) -> None:
         if self.metadata_url:
             self.store = await open_metadata_store(self.metadata_url)
-        self.service = BookieService(
+        service = BookieService(
             self.data_dir,
             host=self.host,
             port=self.port,
@@ -54,15 +73,13 @@ class BookieNode:
             reprovision=self.reprovision,
             advertised_host=self.advertised_host,
         )
-        try:
-            await self.service.start()
-        except BaseException:
-            if self.store is not None:
-                await self.store.close()
-            raise
+        with binding(self.port, "bookie"):
+            await service.start()  # a failed start closes what it opened
+        self.service = service
         if self.http_port is not None:
-            self.http = BookieHttpServer(self.service)
-            await self.http.start(self.host, self.http_port)
+            self.http = BookieHttpServer(service)
+            with binding(self.http_port, "http"):
+                await self.http.start(self.host, self.http_port)
 
     async def stop(self) -> None:
         if self.http is not None:
