@@ -11,8 +11,9 @@ at most once a second) and republishes the registration when the bookie enters o
 read-only mode.
 
 Auto-recovery (``autorecovery``, on by default when there is a metadata store): every bookie
-process runs an auditor candidate (``auditor.py``; one is elected cluster-wide) and a replication
-worker (``replication.py``), so the cluster repairs itself with no extra service to deploy. They
+process runs an auditor candidate (``autorecovery/auditor.py``; one is elected cluster-wide) and a
+replication worker (``autorecovery/replication.py``), so the cluster repairs itself with no extra
+service to deploy. They
 start after the bookie registered (the auditor must not see its own bookie as lost) and stop
 before it deregisters, the auditor resigning so another candidate takes over at once.
 """
