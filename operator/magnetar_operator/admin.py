@@ -4,13 +4,18 @@ Why our own client: the operator needs a dozen calls, and it needs their failure
 the operator should do next. Each HTTP status class has its own exception, so handlers decide with
 `except` clauses rather than status arithmetic: `InvalidRequest` (400) and `PreconditionFailed`
 (412) mean the spec is wrong, `NotFound` (404) usually means "something this depends on is
-missing", `Conflict` (409) means "already exists", and `ServerError` (5xx) / `BrokerUnavailable`
-(no connection, timeout) are retryable — their `retryable` flag says so.
+missing", `Conflict` (409) means "already exists", and `ServerError` (5xx, with `TimedOut` for a
+504: the broker stopped waiting for work that goes on) / `BrokerUnavailable` (no connection,
+timeout) are retryable — their `retryable` flag says so.
+
+Results with more than one field come back as frozen dataclasses (`Bookie`, `DrainReport`), so
+that a handler reads `report.complete`, not `body["complete"]`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar
 from urllib.parse import quote
@@ -53,6 +58,10 @@ class ServerError(AdminError):
     retryable = True
 
 
+class TimedOut(ServerError):
+    """504: the broker stopped waiting (a bookie drain still running); the work goes on, ask again."""
+
+
 class BrokerUnavailable(AdminError):
     """No HTTP answer at all: connection refused, reset, or timed out."""
 
@@ -64,16 +73,48 @@ _BY_STATUS: dict[int, type[AdminError]] = {
     404: NotFound,
     409: Conflict,
     412: PreconditionFailed,
+    504: TimedOut,
 }
 
 
 def error_for(status: int, reason: str, *, method: str = "", path: str = "") -> AdminError:
-    """The exception for one HTTP status; unknown 4xx count as invalid requests."""
-    if status >= 500:
-        cls: type[AdminError] = ServerError
-    else:
-        cls = _BY_STATUS.get(status, InvalidRequest)
+    """The exception for one HTTP status; other 5xx are server errors, other 4xx invalid requests."""
+    cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else InvalidRequest)
     return cls(status, reason, method=method, path=path)
+
+
+@dataclass(frozen=True)
+class Bookie:
+    """One registered (running) bookie, as `GET bookies` lists it."""
+
+    id: str
+    host: str
+    port: int
+    read_only: bool
+    decommissioning: bool
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """A finished drain: no ledger references the bookie any more, so it may be removed."""
+
+    bookie: str
+    ledgers_moved: int
+    seconds: float
+    complete: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The broker's own JSON shape (what condition messages quote)."""
+        return {
+            "bookie": self.bookie,
+            "ledgersMoved": self.ledgers_moved,
+            "seconds": self.seconds,
+            "complete": self.complete,
+        }
+
+
+#: Extra HTTP time over a drain's own deadline: the broker answers after it, not at it.
+_DRAIN_GRACE = 30.0
 
 
 def _seg(*parts: str) -> str:
@@ -109,11 +150,19 @@ class AdminClient:
         return self._session
 
     async def request(
-        self, method: str, path: str, *, body: Any = _MISSING, params: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = _MISSING,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - one call (a drain) outlasts the session's timeout
     ) -> Any:
         """Send one request; return the decoded JSON body (None when empty) or raise AdminError."""
         url = f"{self.base_url}/admin/v2/{path}"
         kwargs: dict[str, Any] = {"params": params or {}}
+        if timeout is not None:
+            kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout)
         if body is not _MISSING:
             kwargs["data"] = json.dumps(body)
             kwargs["headers"] = {"Content-Type": "application/json"}
@@ -140,6 +189,42 @@ class AdminClient:
         except AdminError:
             return False
         return True
+
+    # --- bookies
+    async def list_bookies(self) -> list[Bookie]:
+        return [
+            Bookie(
+                id=str(b["id"]),
+                host=str(b.get("host", "")),
+                port=int(b.get("port", 0)),
+                read_only=bool(b.get("read_only", False)),
+                decommissioning=bool(b.get("decommissioning", False)),
+            )
+            for b in await self.request("GET", "bookies") or []
+        ]
+
+    async def underreplicated_ledgers(self) -> list[int]:
+        """Ids of the ledgers marked under-replicated right now (empty when all have their copies)."""
+        found = await self.request("GET", _seg("bookies", "underreplicated")) or {}
+        return [int(x) for x in found.get("ledgers") or []]
+
+    async def decommission_bookie(self, bookie_id: str, *, wait: float) -> DrainReport:
+        """Drain a bookie: its ledgers re-replicated elsewhere, waiting up to `wait` seconds.
+
+        Raises TimedOut while the drain goes on (call again), PreconditionFailed when it can never
+        finish (fewer bookies left than an ensemble needs)."""
+        path = _seg("bookies", bookie_id, "decommission")
+        got = await self.request("POST", path, params={"timeout": f"{wait:g}"}, timeout=wait + _DRAIN_GRACE)
+        return DrainReport(
+            bookie=str(got.get("bookie", bookie_id)),
+            ledgers_moved=int(got.get("ledgersMoved", 0)),
+            seconds=float(got.get("seconds", 0.0)),
+            complete=bool(got.get("complete", True)),
+        )
+
+    async def forget_bookie(self, bookie_id: str) -> None:
+        """Remove a removed bookie's identity; Conflict while it still runs or holds ledgers."""
+        await self.request("DELETE", _seg("bookies", bookie_id))
 
     # --- tenants
     async def list_tenants(self) -> list[str]:

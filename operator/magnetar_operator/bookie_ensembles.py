@@ -9,13 +9,16 @@ ScaleDownAllowed condition says Decommissioning with its progress; a drain that 
 (image, resources, config) still goes through. Deletion needs no finalizer: the children carry
 owner references and the garbage collector removes them.
 
-These handlers are synchronous: kopf runs them in its thread pool, where the blocking
-Kubernetes client belongs.
+The handlers are async like the Tenant, Namespace and Topic ones: the drain and the forget go
+through the shared admin client, and the blocking Kubernetes client runs in a thread
+(asyncio.to_thread), a few calls grouped per thread hop.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -24,6 +27,7 @@ from . import conditions, decommissioning, runtime
 from .bookies import CLAIM_NAME, CONFIG_FILE, build_bookie_children
 from .conditions import READY, SCALING, Condition
 from .config import GROUP, SETTINGS, VERSION
+from .decommissioning import DrainResult
 from .manifests import checksum
 from .reconciling import event
 
@@ -34,50 +38,84 @@ RECONCILED = "Reconciled"
 NOT_REQUESTED = Condition(SCALING, True, "NotRequested", "no scale-down pending")
 
 
-def plan_scale_down(name: str, namespace: str, want: int, current: int | None) -> tuple[int, Condition, str | None]:
-    """(replicas to apply, ScaleDownAllowed condition, retry reason or None) for this reconcile."""
+@dataclass(frozen=True)
+class ScaleDown:
+    """One scale-down step: drain `bookie` (the highest ordinal), then shrink the StatefulSet by one."""
+
+    bookie: str
+    current: int
+    want: int
+
+    def after(self, result: DrainResult) -> tuple[int, Condition, str | None]:
+        """(replicas to apply, ScaleDownAllowed condition, retry reason or None) once drained or not."""
+        if result.done:
+            replicas = self.current - 1
+            message = f"{result.message}; StatefulSet {self.current} -> {replicas} replicas (target {self.want})"
+            return (
+                replicas,
+                Condition(SCALING, True, "Decommissioned", message),
+                ("scaling down: next bookie" if replicas > self.want else None),
+            )
+        if result.impossible:
+            return self.current, Condition(SCALING, False, "DecommissionImpossible", result.message), None
+        return self.current, Condition(SCALING, False, "Decommissioning", result.message), result.message
+
+
+def plan_scale_down(name: str, namespace: str, want: int, current: int | None) -> ScaleDown | None:
+    """The drain this pass must run before the StatefulSet may shrink, or None (no scale-down).
+
+    Pure: the handler sends the decommission request and hands its result to `ScaleDown.after`.
+    """
     if current is None or want >= current:
-        return want, NOT_REQUESTED, None
-    ordinal = current - 1
-    bid = decommissioning.bookie_id(name, namespace, ordinal)
-    result = decommissioning.drain(SETTINGS.admin_url, bid)
-    if result.done:
-        replicas = current - 1
-        message = f"{result.message}; StatefulSet {current} -> {replicas} replicas (target {want})"
-        return (
-            replicas,
-            Condition(SCALING, True, "Decommissioned", message),
-            ("scaling down: next bookie" if replicas > want else None),
-        )
-    if result.impossible:
-        return current, Condition(SCALING, False, "DecommissionImpossible", result.message), None
-    return current, Condition(SCALING, False, "Decommissioning", result.message), result.message
+        return None
+    return ScaleDown(decommissioning.bookie_id(name, namespace, current - 1), current, want)
 
 
-def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_status: Any, cause: str) -> None:
+def _get_statefulset(name: str, namespace: str) -> dict[str, Any] | None:
+    return runtime.kube().get("apps/v1", "StatefulSet", name, namespace)
+
+
+def _apply_children(
+    spec: Mapping[str, Any], name: str, namespace: str, owner: Mapping[str, Any], replicas: int
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Build and apply every child (blocking); return them and what changed."""
     kube = runtime.kube()
-    meta = body["metadata"]
-    name, namespace = meta["name"], meta["namespace"]
-    status = body.get("status") or {}
-    live = kube.get("apps/v1", "StatefulSet", name, namespace)
-    current = (live or {}).get("spec", {}).get("replicas")
-    want = int(spec["replicas"])
-    forget_pending = [
-        bid for bid in status.get("forgetPending") or [] if not decommissioning.forget(SETTINGS.admin_url, bid)
-    ]
-    replicas, scaling, retry = plan_scale_down(name, namespace, want, current)
-    previous = conditions.find(status.get("conditions"), SCALING) or {}
-    if scaling is NOT_REQUESTED and previous.get("reason") == "Decommissioned":
-        # Keep reporting the last completed scale-down until something else happens.
-        scaling = Condition(SCALING, True, "Decommissioned", str(previous.get("message", "")))
     children = build_bookie_children(
-        spec, name, namespace, pdb_api_version=kube.pdb_api_version(), owner=body, replicas=replicas
+        spec, name, namespace, pdb_api_version=kube.pdb_api_version(), owner=owner, replicas=replicas
     )
     changes = []
     for child in children:
         outcome = kube.apply(child)
         if outcome != "unchanged":
             changes.append(f"{child['kind']} {child['metadata']['name']} {outcome}")
+    return children, changes
+
+
+def _delete_claim(name: str, namespace: str, ordinal: int) -> None:
+    runtime.kube().delete("v1", "PersistentVolumeClaim", f"{CLAIM_NAME}-{name}-{ordinal}", namespace)
+
+
+async def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_status: Any, cause: str) -> None:
+    admin = runtime.admin()
+    meta = body["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    status = body.get("status") or {}
+    live = await asyncio.to_thread(_get_statefulset, name, namespace)
+    current = (live or {}).get("spec", {}).get("replicas")
+    want = int(spec["replicas"])
+    forget_pending = [
+        bid for bid in status.get("forgetPending") or [] if not await decommissioning.forget(admin, bid)
+    ]
+    step = plan_scale_down(name, namespace, want, current)
+    if step is None:
+        replicas, scaling, retry = want, NOT_REQUESTED, None
+    else:
+        replicas, scaling, retry = step.after(await decommissioning.drain(admin, step.bookie))
+    previous = conditions.find(status.get("conditions"), SCALING) or {}
+    if scaling is NOT_REQUESTED and previous.get("reason") == "Decommissioned":
+        # Keep reporting the last completed scale-down until something else happens.
+        scaling = Condition(SCALING, True, "Decommissioned", str(previous.get("message", "")))
+    children, changes = await asyncio.to_thread(_apply_children, spec, name, namespace, body, replicas)
     created = live is None
     reason, kept = conditions.ready_reason_after(
         status, changed=bool(changes), created=created, cause=cause, type_=RECONCILED
@@ -98,14 +136,14 @@ def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_st
     if current is not None and replicas < current:  # this pass drained one bookie and removes it
         removed = current - 1
         # The claim outlives the pod otherwise; Kubernetes holds the volume until the pod is gone.
-        kube.delete("v1", "PersistentVolumeClaim", f"{CLAIM_NAME}-{name}-{removed}", namespace)
+        await asyncio.to_thread(_delete_claim, name, namespace, removed)
         forget_pending.append(decommissioning.bookie_id(name, namespace, removed))
         event(body, "BookieDecommissioned", scaling.message)
     old_scaling = conditions.find(status.get("conditions"), SCALING) or {}
     if scaling.status is False and old_scaling.get("message") != scaling.message:
         event(body, scaling.reason, scaling.message, warning=True)
 
-    sts = kube.get("apps/v1", "StatefulSet", name, namespace) or {}
+    sts = await asyncio.to_thread(_get_statefulset, name, namespace) or {}
     sts_status = sts.get("status") or {}
     ready = int(sts_status.get("readyReplicas") or 0)
     if scaling.status is False:
@@ -136,10 +174,10 @@ def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_st
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-def apply_bookie_ensemble(body: kopf.Body, spec: kopf.Spec, patch: kopf.Patch, reason: Any, **_: Any) -> None:
-    reconcile_bookies(body, spec, patch.status, str(getattr(reason, "value", reason)))
+async def apply_bookie_ensemble(body: kopf.Body, spec: kopf.Spec, patch: kopf.Patch, reason: Any, **_: Any) -> None:
+    await reconcile_bookies(body, spec, patch.status, str(getattr(reason, "value", reason)))
 
 
 @kopf.timer(*RESOURCE, interval=SETTINGS.reconcile_interval, initial_delay=SETTINGS.reconcile_interval)
-def correct_bookie_drift(body: kopf.Body, spec: kopf.Spec, patch: kopf.Patch, **_: Any) -> None:
-    reconcile_bookies(body, spec, patch.status, "timer")
+async def correct_bookie_drift(body: kopf.Body, spec: kopf.Spec, patch: kopf.Patch, **_: Any) -> None:
+    await reconcile_bookies(body, spec, patch.status, "timer")

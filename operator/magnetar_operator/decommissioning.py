@@ -8,17 +8,16 @@ the StatefulSet loses that one pod, its volume claim is deleted (Kubernetes keep
 until the pod is gone), and when the bookie process has stopped its identity cookie is removed so
 that a later scale-up can start a new bookie of the same name on a fresh disk.
 
-The admin calls are plain blocking HTTP: these handlers run in kopf's thread pool.
+The calls go through the operator's one admin client (admin.py); its exception classes become
+the drain's three outcomes here, so the handler only ever sees a DrainResult.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 
+from .admin import AdminClient, AdminError, BrokerUnavailable, NotFound, PreconditionFailed, TimedOut
 from .bookies import BOOKIE_PORT
 
 #: How long one reconcile waits for a drain before it reports progress and retries.
@@ -37,39 +36,27 @@ class DrainResult:
     message: str
 
 
-def _call(admin_url: str, method: str, path: str, timeout: float) -> tuple[int, str]:
-    req = urllib.request.Request(admin_url.rstrip("/") + path, method=method)
+async def drain(admin: AdminClient, bid: str, *, step: float = DRAIN_STEP_SECONDS) -> DrainResult:
+    """Ask the broker to drain `bid`, waiting at most `step` seconds; never raises AdminError."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        body = exc.read().decode(errors="replace")
-        try:
-            body = str(json.loads(body).get("reason", body))
-        except (ValueError, AttributeError):
-            pass
-        return exc.code, body
+        report = await admin.decommission_bookie(bid, wait=step)
+    except PreconditionFailed as exc:
+        return DrainResult(False, True, f"bookie {bid} cannot be drained: {exc.reason}")
+    except TimedOut as exc:
+        return DrainResult(False, False, f"draining bookie {bid}: {exc.reason}")
+    except BrokerUnavailable as exc:
+        return DrainResult(False, False, exc.reason)
+    except AdminError as exc:
+        return DrainResult(False, False, f"draining bookie {bid} failed (HTTP {exc.status}): {exc.reason}")
+    return DrainResult(True, False, f"bookie {bid} drained: {json.dumps(report.to_json())}")
 
 
-def drain(admin_url: str, bid: str, *, step: float = DRAIN_STEP_SECONDS) -> DrainResult:
-    path = f"/admin/v2/bookies/{urllib.parse.quote(bid, safe='')}/decommission?timeout={step}"
-    try:
-        status, body = _call(admin_url, "POST", path, timeout=step + 30)
-    except (urllib.error.URLError, OSError) as exc:
-        return DrainResult(False, False, f"broker admin API unreachable: {exc}")
-    if status == 200:
-        return DrainResult(True, False, f"bookie {bid} drained: {body}")
-    if status == 412:
-        return DrainResult(False, True, f"bookie {bid} cannot be drained: {body}")
-    if status == 504:
-        return DrainResult(False, False, f"draining bookie {bid}: {body}")
-    return DrainResult(False, False, f"draining bookie {bid} failed (HTTP {status}): {body}")
-
-
-def forget(admin_url: str, bid: str) -> bool:
+async def forget(admin: AdminClient, bid: str) -> bool:
     """Remove a stopped bookie's identity; False while it is still running (try again later)."""
     try:
-        status, _ = _call(admin_url, "DELETE", f"/admin/v2/bookies/{urllib.parse.quote(bid, safe='')}", timeout=30)
-    except (urllib.error.URLError, OSError):
+        await admin.forget_bookie(bid)
+    except NotFound:
+        return True
+    except AdminError:
         return False
-    return status in (204, 404)
+    return True

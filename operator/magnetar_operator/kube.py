@@ -7,7 +7,7 @@ replicas, template and update strategy; a Service's ports and selector; ...). Th
 when the live object already contains everything we want, so a steady state causes no writes:
 no new resourceVersion, no rollout, and an operator restart repeats nothing.
 
-Kopf runs synchronous handlers in a thread pool; the async handlers call in via asyncio.to_thread.
+Every handler is async, so the handlers and the broker-pool loop call in via asyncio.to_thread.
 """
 
 from __future__ import annotations

@@ -46,7 +46,6 @@ def configure(settings: kopf.OperatorSettings) -> None:
         prefix=GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.INFO
-    settings.execution.max_workers = 8
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.connect_timeout = 10

@@ -114,6 +114,7 @@ def test_scale_down_drains_each_bookie_before_its_pod_and_volume_go(
     obj = wait_for("the Decommissioned condition", drained)
     assert obj["spec"]["replicas"] == 1  # the user's spec stays as written
     assert "bk-1.bk." in condition(obj, "ScaleDownAllowed")["message"]
+    assert '"complete": true' in condition(obj, "ScaleDownAllowed")["message"]  # the broker's drain report
     reasons = [e["reason"] for e in crds.events(ns, "bk")]
     assert reasons.count("BookieDecommissioned") == 2
     for ordinal in (1, 2):
