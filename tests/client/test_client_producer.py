@@ -162,6 +162,17 @@ async def test_content_must_be_bytes(fake_broker):
         assert producer.partitions[0].pending == 0
 
 
+async def test_a_callback_that_is_not_callable_is_refused_at_the_call(fake_broker):
+    async with aio.Client(fake_broker.url) as client:
+        producer = await client.create_producer("p")
+        with pytest.raises(TypeError, match="callable"):
+            await producer.send_async(b"x", callback="not a function")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="callable"):
+            producer.send_nowait(b"x", callback=42)  # type: ignore[arg-type]
+        assert producer.partitions[0].pending == 0
+        assert (await producer.send(b"fine")) == MessageId(7, 0, -1, 0)  # nothing of the refused ones went out
+
+
 async def test_unencodable_property_fails_only_its_batch(fake_broker):
     async with aio.Client(fake_broker.url) as client:
         producer = await client.create_producer("p")

@@ -66,6 +66,18 @@ def test_send_async_reports_a_full_queue_through_the_callback(threaded_broker):
     assert [type(res) for res, _ in outcomes[1:]] == [Timeout, Timeout]
 
 
+@pytest.mark.parametrize("callback", [None, "not a function"])
+def test_send_async_refuses_a_callback_that_is_not_callable_at_the_call(threaded_broker, callback):
+    # It used to be queued and then fail on the client's loop thread ('NoneType' is not callable).
+    broker = threaded_broker.broker
+    with Client(broker.url) as client:
+        producer = client.create_producer("s", batching_enabled=False)
+        with pytest.raises(TypeError, match="callable"):
+            producer.send_async(b"refused", callback)
+        assert producer.send(b"after") == MessageId(7, 0, -1, -1)  # nothing reserved or queued
+    assert [s["seq"] for s in broker.sent("send")] == [0]
+
+
 def test_receive_timeout_raises_timeout(threaded_broker):
     with Client(threaded_broker.broker.url) as client:
         consumer = client.subscribe("s", "sub")
@@ -80,3 +92,17 @@ def test_blocking_send_surfaces_errors(threaded_broker):
         broker.max_message_size = 4
         with pytest.raises(magnetar.client.MessageTooLarge):
             producer.send(b"too big for the broker now")
+
+
+@pytest.mark.parametrize("content", ["text, not bytes", 42, None])
+def test_send_and_send_async_refuse_content_that_is_not_bytes_at_the_call(threaded_broker, content):
+    # send_async used to queue it and fail on the client's loop thread, stalling the queue behind it.
+    broker = threaded_broker.broker
+    with Client(broker.url) as client:
+        producer = client.create_producer("s", batching_enabled=False)
+        with pytest.raises(TypeError, match="must be bytes"):
+            producer.send_async(content, lambda result, msg_id: None)
+        with pytest.raises(TypeError, match="must be bytes"):
+            producer.send(content)
+        assert producer.send(b"after") == MessageId(7, 0, -1, -1)  # nothing reserved or queued
+    assert [s["seq"] for s in broker.sent("send")] == [0]

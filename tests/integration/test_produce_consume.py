@@ -36,6 +36,10 @@ def test_short_and_full_names_are_one_topic(standalone: StandaloneProcess, topic
         client.close()
 
 
+def _ignore_outcome(result: object, msg_id: object) -> None:
+    """A fire-and-forget ``send_async`` callback (the blocking client requires a callable)."""
+
+
 def test_two_subscriptions_each_receive_everything(standalone: StandaloneProcess, topic: str) -> None:
     client = magnetar.Client(standalone.service_url)
     try:
@@ -44,7 +48,7 @@ def test_two_subscriptions_each_receive_everything(standalone: StandaloneProcess
         producer = client.create_producer(topic, batching_max_messages=50)
         sent = [f"m-{i}".encode() for i in range(500)]
         for payload in sent:
-            producer.send_async(payload, None)
+            producer.send_async(payload, _ignore_outcome)
         producer.flush()
         for consumer in (a, b):
             got = []
@@ -110,7 +114,7 @@ def test_batched_and_compressed_messages_keep_order_and_content(standalone: Stan
             producer = client.create_producer(topic, compression_type=kind, batching_max_messages=100)
             sent = [(b"x" * (i % 300)) + str(i).encode() for i in range(1000)]
             for payload in sent:
-                producer.send_async(payload, None)
+                producer.send_async(payload, _ignore_outcome)
             producer.flush()
             got = []
             while len(got) < len(sent):

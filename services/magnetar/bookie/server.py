@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from magnetar.bookie.registration import BookieRegistration, deregister, register
@@ -31,19 +32,18 @@ from magnetar.protocol.errors import InvalidCommand, MagnetarError, MalformedFra
 from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 
 log = logging.getLogger(__name__)
-OK = "OK"
 _READ_CHUNK = 256 * 1024
-_BOOKIE_COMMANDS = frozenset({c.BK_ADD, c.BK_READ, c.BK_READ_LAC, c.BK_FENCE, c.BK_DELETE})
 
 
-def _int(cmd: dict[str, Any], field: str, default: int | None = None) -> int:
+# The typed commands say what a well-behaved client sends; these check what actually arrived.
+def _int(cmd: Mapping[str, object], field: str, default: int | None = None) -> int:
     value = cmd.get(field, default)
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidCommand(f"field {field!r} of {cmd.get('t')!r} must be an integer")
     return value
 
 
-def _bytes(cmd: dict[str, Any], field: str) -> bytes:
+def _bytes(cmd: Mapping[str, object], field: str) -> bytes:
     value = cmd.get(field)
     if not isinstance(value, bytes):
         raise InvalidCommand(f"field {field!r} of {cmd.get('t')!r} must be binary")
@@ -64,12 +64,9 @@ class _Connection:
         self.in_flight.add(fut)
         fut.add_done_callback(self.in_flight.discard)
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: c.BkResponse | c.Error) -> None:
         if not self.writer.is_closing():
             self.writer.write(encode_frame(message))
-
-    def respond(self, rid: int, **fields: Any) -> None:
-        self.send({"t": c.BK_RESPONSE, "rid": rid, "code": OK, **fields})
 
     def fail(self, rid: int, exc: BaseException) -> None:
         if isinstance(exc, MagnetarError):
@@ -77,7 +74,7 @@ class _Connection:
         else:
             log.exception("bookie request %s failed unexpectedly", rid, exc_info=exc)
             code, message = "UnknownError", repr(exc)
-        self.send({"t": c.BK_RESPONSE, "rid": rid, "code": code, "message": message})
+        self.send(c.bk_error(rid, code, message))
 
 
 class BookieServer:
@@ -105,6 +102,14 @@ class BookieServer:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._registered_read_only: bool | None = None
+        # Each handler takes its command's TypedDict; ``_dispatch`` checked the required fields.
+        self._handlers: dict[str, Callable[[_Connection, Any], None]] = {
+            c.BK_ADD: self._add,
+            c.BK_READ: self._read_cmd,
+            c.BK_READ_LAC: self._read_lac,
+            c.BK_FENCE: self._fence,
+            c.BK_DELETE: self._delete,
+        }
 
     @property
     def port(self) -> int:
@@ -182,40 +187,51 @@ class BookieServer:
         if problem is not None:
             raise InvalidCommand(problem)
         name = cmd["t"]
-        if name not in _BOOKIE_COMMANDS:
+        handler = self._handlers.get(name)
+        if handler is None:
             raise UnknownCommand(f"a bookie does not serve {name!r}")
+        handler(conn, cmd)
+
+    def _add(self, conn: _Connection, cmd: c.BkAdd) -> None:
         rid = _int(cmd, "rid")
-        if name == c.BK_ADD:
-            args = (_int(cmd, "ledger"), _int(cmd, "entry"), _bytes(cmd, "data"), _int(cmd, "crc"))
-            lac = _int(cmd, "lac", -1)
-            try:
-                fut = self._storage.add_nowait(*args, lac, recovery=bool(cmd.get("recovery", False)))
-            except MagnetarError as exc:
-                conn.fail(rid, exc)
-                return
-            conn.track(fut)
-            fut.add_done_callback(lambda f: self._answer(conn, rid, f))
-        elif name == c.BK_READ:
-            ledger, entry = _int(cmd, "ledger"), _int(cmd, "entry")
-            if cmd.get("fence"):
-                fenced = self._storage.fence_nowait(ledger)
-                conn.track(fenced)
-                fenced.add_done_callback(lambda f: self._read_after_fence(conn, rid, ledger, entry, f))
-            else:
-                self._read(conn, rid, ledger, entry)
-        elif name == c.BK_READ_LAC:
-            try:
-                conn.respond(rid, lac=self._storage.read_lac_sync(_int(cmd, "ledger")))
-            except MagnetarError as exc:
-                conn.fail(rid, exc)
-        elif name == c.BK_FENCE:
-            fence = self._storage.fence_nowait(_int(cmd, "ledger"))
-            conn.track(fence)
-            fence.add_done_callback(lambda f: self._answer(conn, rid, f, "lac"))
-        else:  # BK_DELETE
-            delete = self._storage.delete_ledger_nowait(_int(cmd, "ledger"))
-            conn.track(delete)
-            delete.add_done_callback(lambda f: self._answer(conn, rid, f))
+        args = (_int(cmd, "ledger"), _int(cmd, "entry"), _bytes(cmd, "data"), _int(cmd, "crc"))
+        lac = _int(cmd, "lac", -1)
+        try:
+            fut = self._storage.add_nowait(*args, lac, recovery=bool(cmd.get("recovery", False)))
+        except MagnetarError as exc:
+            conn.fail(rid, exc)
+            return
+        conn.track(fut)
+        fut.add_done_callback(lambda f: self._answer(conn, rid, f))
+
+    def _read_cmd(self, conn: _Connection, cmd: c.BkRead) -> None:
+        rid = _int(cmd, "rid")
+        ledger, entry = _int(cmd, "ledger"), _int(cmd, "entry")
+        if cmd.get("fence"):
+            fenced = self._storage.fence_nowait(ledger)
+            conn.track(fenced)
+            fenced.add_done_callback(lambda f: self._read_after_fence(conn, rid, ledger, entry, f))
+        else:
+            self._read(conn, rid, ledger, entry)
+
+    def _read_lac(self, conn: _Connection, cmd: c.BkReadLac) -> None:
+        rid = _int(cmd, "rid")
+        try:
+            conn.send(c.bk_lac_response(rid, self._storage.read_lac_sync(_int(cmd, "ledger"))))
+        except MagnetarError as exc:
+            conn.fail(rid, exc)
+
+    def _fence(self, conn: _Connection, cmd: c.BkFence) -> None:
+        rid = _int(cmd, "rid")
+        fence = self._storage.fence_nowait(_int(cmd, "ledger"))
+        conn.track(fence)
+        fence.add_done_callback(lambda f: self._answer_lac(conn, rid, f))
+
+    def _delete(self, conn: _Connection, cmd: c.BkDelete) -> None:
+        rid = _int(cmd, "rid")
+        delete = self._storage.delete_ledger_nowait(_int(cmd, "ledger"))
+        conn.track(delete)
+        delete.add_done_callback(lambda f: self._answer(conn, rid, f))
 
     def _read(self, conn: _Connection, rid: int, ledger: int, entry: int) -> None:
         try:
@@ -223,7 +239,7 @@ class BookieServer:
         except MagnetarError as exc:
             conn.fail(rid, exc)
             return
-        conn.respond(rid, data=result.data, crc=result.crc, lac=result.lac)
+        conn.send(c.bk_read_response(rid, result.data, result.crc, result.lac))
 
     def _read_after_fence(self, conn: _Connection, rid: int, ledger: int, entry: int, fut: asyncio.Future[Any]) -> None:
         exc = fut.exception()
@@ -233,11 +249,17 @@ class BookieServer:
             self._read(conn, rid, ledger, entry)
 
     @staticmethod
-    def _answer(conn: _Connection, rid: int, fut: asyncio.Future[Any], field: str | None = None) -> None:
+    def _answer(conn: _Connection, rid: int, fut: asyncio.Future[Any]) -> None:
         exc = fut.exception()
         if exc is not None:
             conn.fail(rid, exc)
-        elif field is None:
-            conn.respond(rid)
         else:
-            conn.respond(rid, **{field: fut.result()})
+            conn.send(c.bk_response(rid))
+
+    @staticmethod
+    def _answer_lac(conn: _Connection, rid: int, fut: asyncio.Future[int]) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            conn.fail(rid, exc)
+        else:
+            conn.send(c.bk_lac_response(rid, fut.result()))

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import cast
 
 from magnetar.ledger.bookie_api import ReadResult
 from magnetar.protocol import commands as c
@@ -35,7 +35,7 @@ class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame: int) -> None:
         self.reader = reader
         self.writer = writer
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.pending: dict[int, asyncio.Future[c.BkResponse]] = {}
         self.closed = False
         self._decoder = FrameDecoder(max_frame)
         self.task = asyncio.get_running_loop().create_task(self._read_loop())
@@ -56,7 +56,7 @@ class _Connection:
                         return
                     fut = self.pending.pop(frame.get("rid"), None)  # type: ignore[arg-type]
                     if fut is not None and not fut.done():
-                        fut.set_result(frame)
+                        fut.set_result(cast(c.BkResponse, frame))  # what a bookie answers a request with
         except (OSError, MagnetarError) as exc:
             failure = NotConnected(f"connection to the bookie failed: {exc}")
         finally:
@@ -116,10 +116,12 @@ class TcpBookieClient:
             self._conn = _Connection(reader, writer, self._max_frame_size)
             return self._conn
 
-    async def _request(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    async def _request(self, cmd: c.BookieRequest) -> c.BkResponse:
+        """Send ``cmd`` with the next ``rid`` (its placeholder is overwritten in place, so ``rid``
+        stays the last key) and return the ``OK`` answer; an error code raises its exception."""
         conn = await self._connection()
         rid = next(self._rids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[c.BkResponse] = asyncio.get_running_loop().create_future()
         conn.pending[rid] = fut
         cmd["rid"] = rid
         try:
@@ -137,40 +139,27 @@ class TcpBookieClient:
         finally:
             conn.pending.pop(rid, None)
         code = response.get("code")
-        if code != "OK":
+        if code != c.BK_OK:
             raise error_from_wire(str(code), str(response.get("message", "")))
         return response
 
     async def add_entry(
         self, ledger_id: int, entry_id: int, data: bytes, crc: int, lac: int, *, recovery: bool = False
     ) -> None:
-        cmd = {
-            "t": c.BK_ADD,
-            "ledger": ledger_id,
-            "entry": entry_id,
-            "data": bytes(data),
-            "crc": crc,
-            "lac": lac,
-        }
-        if recovery:
-            cmd["recovery"] = True
-        await self._request(cmd)
+        await self._request(c.bk_add(ledger_id, entry_id, bytes(data), crc, lac, recovery))
 
     async def read_entry(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> ReadResult:
-        cmd: dict[str, Any] = {"t": c.BK_READ, "ledger": ledger_id, "entry": entry_id}
-        if fence:
-            cmd["fence"] = True
-        r = await self._request(cmd)
+        r = await self._request(c.bk_read(ledger_id, entry_id, fence))
         return ReadResult(bytes(r["data"]), int(r["crc"]), int(r["lac"]))
 
     async def read_lac(self, ledger_id: int) -> int:
-        return int((await self._request({"t": c.BK_READ_LAC, "ledger": ledger_id}))["lac"])
+        return int((await self._request(c.bk_read_lac(ledger_id)))["lac"])
 
     async def fence(self, ledger_id: int) -> int:
-        return int((await self._request({"t": c.BK_FENCE, "ledger": ledger_id}))["lac"])
+        return int((await self._request(c.bk_fence(ledger_id)))["lac"])
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        await self._request({"t": c.BK_DELETE, "ledger": ledger_id})
+        await self._request(c.bk_delete(ledger_id))
 
     async def close(self) -> None:
         """Close the connection; requests in flight fail with ``NotConnected``."""

@@ -13,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from magnetar import __version__
 from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import PersistentTopic, ServerProducer
 from magnetar.managed_ledger import Position
 from magnetar.protocol import commands as c
 from magnetar.protocol.checksum import crc32c
+from magnetar.protocol.entry import EntryMeta
 from magnetar.protocol.errors import (
     AlreadyClosed,
     ChecksumError,
@@ -39,10 +42,8 @@ _ids = itertools.count(1)
 
 
 class ServerConnection(asyncio.Protocol):
-    def __init__(self, service: Any) -> None:
-        from magnetar.broker.service import BrokerService
-
-        self.service: BrokerService = service
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
         self.id = next(_ids)
         self.transport: asyncio.Transport | None = None
         # Header room on top of the largest payload, so an over-sized message is refused with
@@ -50,10 +51,11 @@ class ServerConnection(asyncio.Protocol):
         self.decoder = FrameDecoder(service.config.max_message_size + 64 * 1024)
         self.producers: dict[int, tuple[ServerProducer, PersistentTopic]] = {}
         self.consumers: dict[int, tuple[ServerConsumer, Subscription, PersistentTopic]] = {}
-        self._out: list[dict[str, Any]] = []
+        self._out: list[Mapping[str, object]] = []
         self._flush_scheduled = False
         self._closed = False
-        self._handlers = {
+        # Each handler takes its command's TypedDict; ``_run`` checked the required fields.
+        self._handlers: dict[str, Callable[[Any], None]] = {
             c.CONNECT: self._connect,
             c.PING: self._ping,
             c.PONG: self._noop,
@@ -103,7 +105,7 @@ class ServerConnection(asyncio.Protocol):
             self.transport.abort()
         self._closed = True
 
-    def write(self, frame: dict[str, Any]) -> None:
+    def write(self, frame: Mapping[str, object]) -> None:
         """Queue a frame; everything queued in one loop iteration goes out in one write."""
         if self._closed:
             return
@@ -176,50 +178,42 @@ class ServerConnection(asyncio.Protocol):
         for pid, (_producer, topic) in list(self.producers.items()):
             if topic.name == key:
                 del self.producers[pid]
-                self.write({"t": c.CLOSE_PRODUCER, "producer_id": pid})
+                self.write(c.close_producer_pushed(pid))
         for cid, (_consumer, _sub, topic) in list(self.consumers.items()):
             if topic.name == key:
                 del self.consumers[cid]
-                self.write({"t": c.CLOSE_CONSUMER, "consumer_id": cid})
+                self.write(c.close_consumer_pushed(cid))
 
     # ------------------------------------------------------------------ commands
-    def _noop(self, cmd: dict[str, Any]) -> None:
+    def _noop(self, cmd: c.Pong) -> None:
         pass
 
-    def _ping(self, cmd: dict[str, Any]) -> None:
-        self.write({"t": c.PONG})
+    def _ping(self, cmd: c.Ping) -> None:
+        self.write(c.pong())
 
-    def _connect(self, cmd: dict[str, Any]) -> None:
-        self.write(
-            {
-                "t": c.CONNECTED,
-                "rid": cmd["rid"],
-                "server_version": __version__,
-                "protocol_version": c.PROTOCOL_VERSION,
-                "max_message_size": self.service.config.max_message_size,
-            }
-        )
+    def _connect(self, cmd: c.Connect) -> None:
+        self.write(c.connected(cmd["rid"], __version__, c.PROTOCOL_VERSION, self.service.config.max_message_size))
 
-    def _lookup(self, cmd: dict[str, Any]) -> None:
+    def _lookup(self, cmd: c.Lookup) -> None:
         name = TopicName.parse(cmd["topic"])
 
         async def run() -> None:
             url, redirect = await self.service.lookup(name)
-            self.write({"t": c.LOOKUP_RESPONSE, "rid": cmd["rid"], "broker_url": url, "redirect": redirect})
+            self.write(c.lookup_response(cmd["rid"], url, redirect))
 
         self._spawn(cmd["rid"], run())
 
-    def _partitioned_metadata(self, cmd: dict[str, Any]) -> None:
+    def _partitioned_metadata(self, cmd: c.PartitionedMetadata) -> None:
         name = TopicName.parse(cmd["topic"])
 
         async def run() -> None:
             await self.service.resources.get_namespace(name.tenant, name.namespace)
             partitions = await self.service.resources.partitions(name)
-            self.write({"t": c.PARTITIONED_METADATA_RESPONSE, "rid": cmd["rid"], "partitions": partitions})
+            self.write(c.partitioned_metadata_response(cmd["rid"], partitions))
 
         self._spawn(cmd["rid"], run())
 
-    def _producer(self, cmd: dict[str, Any]) -> None:
+    def _producer(self, cmd: c.Producer) -> None:
         name = TopicName.parse(cmd["topic"])
         pid = int(cmd["producer_id"])
 
@@ -231,11 +225,11 @@ class ServerConnection(asyncio.Protocol):
             producer = ServerProducer(pid, pname, self.id)
             topic.add_producer(producer)
             self.producers[pid] = (producer, topic)
-            self.write({"t": c.PRODUCER_SUCCESS, "rid": cmd["rid"], "producer_name": pname, "last_sequence_id": -1})
+            self.write(c.producer_success(cmd["rid"], pname, -1))
 
         self._spawn(cmd["rid"], run())
 
-    def _send(self, cmd: dict[str, Any]) -> None:
+    def _send(self, cmd: c.Send) -> None:
         pid = cmd["producer_id"]
         seq = cmd["seq"]
         entry = self.producers.get(pid)
@@ -243,15 +237,7 @@ class ServerConnection(asyncio.Protocol):
         meta = cmd["meta"]
 
         def error(exc: MagnetarError) -> None:
-            self.write(
-                {
-                    "t": c.SEND_ERROR,
-                    "producer_id": pid,
-                    "seq": seq,
-                    "code": str(exc.code),
-                    "message": str(exc),
-                }
-            )
+            self.write(c.send_error(pid, seq, str(exc.code), str(exc)))
 
         if entry is None:
             error(AlreadyClosed(f"producer {pid} is not open on this connection"))
@@ -280,25 +266,17 @@ class ServerConnection(asyncio.Protocol):
             pos = t.result()
             metrics.msgs_in.inc(int(meta.get("n", 1)))
             metrics.bytes_in.inc(len(payload))
-            self.write(
-                {
-                    "t": c.SEND_RECEIPT,
-                    "producer_id": pid,
-                    "seq": seq,
-                    "ledger": pos.ledger_id,
-                    "entry": pos.entry_id,
-                }
-            )
+            self.write(c.send_receipt(pid, seq, pos.ledger_id, pos.entry_id))
 
         task.add_done_callback(done)
 
-    def _close_producer(self, cmd: dict[str, Any]) -> None:
+    def _close_producer(self, cmd: c.CloseProducer) -> None:
         entry = self.producers.pop(int(cmd["producer_id"]), None)
         if entry is not None:
             entry[1].remove_producer(entry[0])
-        self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+        self.write(c.success(cmd["rid"]))
 
-    def _subscribe(self, cmd: dict[str, Any]) -> None:
+    def _subscribe(self, cmd: c.Subscribe) -> None:
         name = TopicName.parse(cmd["topic"])
         cid = int(cmd["consumer_id"])
         sub_name = str(cmd["subscription"])
@@ -313,38 +291,28 @@ class ServerConnection(asyncio.Protocol):
             earliest = cmd.get("initial_position", "Latest") == "Earliest"
             sub = await topic.subscribe(sub_name, str(cmd["sub_type"]), consumer, earliest=earliest)
             self.consumers[cid] = (consumer, sub, topic)
-            self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+            self.write(c.success(cmd["rid"]))
 
         self._spawn(cmd["rid"], run())
 
     def send_message(
-        self, consumer_id: int, pos: Position, meta: dict[str, object], payload: bytes, redelivery_count: int
+        self, consumer_id: int, pos: Position, meta: EntryMeta, payload: bytes, redelivery_count: int
     ) -> None:
-        self.service.metrics.msgs_out.inc(int(meta.get("n", 1)))  # type: ignore[call-overload]
-        self.write(
-            {
-                "t": c.MESSAGE,
-                "consumer_id": consumer_id,
-                "ledger": pos.ledger_id,
-                "entry": pos.entry_id,
-                "meta": meta,
-                "payload": payload,
-                "redelivery_count": redelivery_count,
-            }
-        )
+        self.service.metrics.msgs_out.inc(int(meta.get("n", 1)))
+        self.write(c.message(consumer_id, pos.ledger_id, pos.entry_id, meta, payload, redelivery_count))
 
-    def _consumer(self, cmd: dict[str, Any]) -> tuple[ServerConsumer, Subscription, PersistentTopic]:
-        entry = self.consumers.get(int(cmd["consumer_id"]))
+    def _consumer(self, consumer_id: int) -> tuple[ServerConsumer, Subscription, PersistentTopic]:
+        entry = self.consumers.get(int(consumer_id))
         if entry is None:
-            raise AlreadyClosed(f"consumer {cmd['consumer_id']} is not open on this connection")
+            raise AlreadyClosed(f"consumer {consumer_id} is not open on this connection")
         return entry
 
-    def _flow(self, cmd: dict[str, Any]) -> None:
-        consumer, sub, _ = self._consumer(cmd)
+    def _flow(self, cmd: c.Flow) -> None:
+        consumer, sub, _ = self._consumer(cmd["consumer_id"])
         sub.flow(consumer, int(cmd["permits"]))
 
-    def _ack(self, cmd: dict[str, Any]) -> None:
-        consumer, sub, _ = self._consumer(cmd)
+    def _ack(self, cmd: c.Ack) -> None:
+        consumer, sub, _ = self._consumer(cmd["consumer_id"])
         positions = [Position(int(p[0]), int(p[1])) for p in cmd["positions"]]
         fut = sub.ack(consumer, str(cmd["kind"]), positions)
         rid = cmd.get("rid")
@@ -356,24 +324,24 @@ class ServerConnection(asyncio.Protocol):
             if exc is not None:
                 self.write(c.error_frame(rid, "PersistenceError", f"ack not persisted: {exc}"))
             else:
-                self.write({"t": c.ACK_RESPONSE, "rid": rid})
+                self.write(c.ack_response(rid))
 
         fut.add_done_callback(done)
 
-    def _redeliver(self, cmd: dict[str, Any]) -> None:
-        consumer, sub, _ = self._consumer(cmd)
+    def _redeliver(self, cmd: c.Redeliver) -> None:
+        consumer, sub, _ = self._consumer(cmd["consumer_id"])
         raw = cmd.get("positions")
         positions = None if raw is None else [Position(int(p[0]), int(p[1])) for p in raw]
         sub.negative_ack(consumer, positions)
 
-    def _close_consumer(self, cmd: dict[str, Any]) -> None:
+    def _close_consumer(self, cmd: c.CloseConsumer) -> None:
         entry = self.consumers.pop(int(cmd["consumer_id"]), None)
         if entry is not None:
             entry[1].remove_consumer(entry[0])
-        self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+        self.write(c.success(cmd["rid"]))
 
-    def _unsubscribe(self, cmd: dict[str, Any]) -> None:
-        consumer, sub, topic = self._consumer(cmd)
+    def _unsubscribe(self, cmd: c.Unsubscribe) -> None:
+        consumer, sub, topic = self._consumer(cmd["consumer_id"])
 
         async def run() -> None:
             others = [x for x in sub.dispatcher.consumers if x is not consumer]
@@ -382,12 +350,12 @@ class ServerConnection(asyncio.Protocol):
             self.consumers.pop(consumer.consumer_id, None)
             sub.remove_consumer(consumer)
             await topic.unsubscribe(sub.name)
-            self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+            self.write(c.success(cmd["rid"]))
 
         self._spawn(cmd["rid"], run())
 
-    def _seek(self, cmd: dict[str, Any]) -> None:
-        consumer, sub, _ = self._consumer(cmd)
+    def _seek(self, cmd: c.Seek) -> None:
+        consumer, sub, _ = self._consumer(cmd["consumer_id"])
         lid, eid = (int(x) for x in cmd["position"])
 
         async def run() -> None:
@@ -399,6 +367,6 @@ class ServerConnection(asyncio.Protocol):
             before = Position(lid, eid - 1) if target is None else Position(target.ledger_id, target.entry_id - 1)
             await sub.cursor.reset(before)
             sub.schedule()
-            self.write({"t": c.SUCCESS, "rid": cmd["rid"]})
+            self.write(c.success(cmd["rid"]))
 
         self._spawn(cmd["rid"], run())

@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from magnetar.managed_ledger import Position
+from magnetar.protocol.entry import EntryMeta
 
 
 class MessageSink(Protocol):
     """Where a consumer's messages go: the client connection (kept abstract for tests)."""
 
     def send_message(
-        self, consumer_id: int, pos: Position, meta: dict[str, object], payload: bytes, redelivery_count: int
+        self, consumer_id: int, pos: Position, meta: EntryMeta, payload: bytes, redelivery_count: int
     ) -> None: ...
 
 
@@ -30,7 +31,7 @@ class ServerConsumer:
     def unacked_messages(self) -> int:
         return sum(self.unacked.values())
 
-    def deliver(self, pos: Position, meta: dict[str, object], payload: bytes, count: int, redeliveries: int) -> None:
+    def deliver(self, pos: Position, meta: EntryMeta, payload: bytes, count: int, redeliveries: int) -> None:
         self.permits -= count
         self.unacked[pos] = count
         self.msg_out += count

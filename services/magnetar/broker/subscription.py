@@ -13,12 +13,11 @@ import asyncio
 import logging
 from typing import Any
 
-import msgpack
-
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.dispatchers import Dispatcher, dispatcher_for
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, Position
 from magnetar.protocol import commands as c
+from magnetar.protocol.entry import decode_entry
 from magnetar.protocol.errors import InvalidCommand
 
 log = logging.getLogger(__name__)
@@ -150,18 +149,13 @@ class Subscription:
                 # Out of permits mid-batch: keep the rest for the next round.
                 self.redeliver.update(p for p, _ in entries[i:] if not self.cursor.is_acked(p))
                 return False
-            meta, payload = self._decode(data)
+            meta, payload = decode_entry(data)
             count = int(meta.get("n", 1))
             self.owner[pos] = consumer
             consumer.deliver(pos, meta, payload, count, self.redelivery_counts.get(pos, 0))
             self.msg_out += count
             self.bytes_out += len(payload)
         return True
-
-    @staticmethod
-    def _decode(data: bytes) -> tuple[dict[str, Any], bytes]:
-        meta, payload = msgpack.unpackb(data, raw=False, strict_map_key=False)
-        return meta, payload
 
     # ------------------------------------------------------------------ stats and lifecycle
     def stats(self) -> dict[str, Any]:

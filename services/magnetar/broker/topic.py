@@ -7,12 +7,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.subscription import Subscription
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol import commands as c
+from magnetar.protocol.entry import EntryMeta, encode_entry
 from magnetar.protocol.errors import ConsumerBusy, ProducerBusy
 
 
@@ -82,13 +81,13 @@ class PersistentTopic:
     def remove_producer(self, producer: ServerProducer) -> None:
         self.producers.pop((producer.connection_id, producer.producer_id), None)
 
-    def publish(self, producer: ServerProducer, meta: dict[str, Any], payload: bytes) -> asyncio.Task[Position]:
-        """Store ``[meta, payload]`` as one entry; the task resolves once it is durable."""
+    def publish(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> asyncio.Task[Position]:
+        """Store ``[meta, payload]`` (``entry.encode_entry``) as one entry; the task resolves once it is durable."""
         count = int(meta.get("n", 1))
         producer.msg_in += count
         self.msg_in += count
         self.bytes_in += len(payload)
-        entry = msgpack.packb([meta, payload], use_bin_type=True)
+        entry = encode_entry(meta, payload)
         return asyncio.get_running_loop().create_task(self._store(producer, entry))
 
     async def _store(self, producer: ServerProducer, entry: bytes) -> Position:

@@ -183,7 +183,7 @@ class Client:
         """
         conn = await self._service_connection()
         for _ in range(self._max_redirects + 1):
-            answer = await conn.request({"t": cmds.LOOKUP, "topic": topic})
+            answer: cmds.LookupResponse = await conn.request(cmds.lookup(topic))
             target = await self._connection(str(answer.get("broker_url") or conn.url))
             if not answer.get("redirect"):
                 return target
@@ -200,7 +200,7 @@ class Client:
         while True:
             try:
                 conn = await self._service_connection()
-                answer = await conn.request({"t": cmds.PARTITIONED_METADATA, "topic": str(topic)})
+                answer: cmds.PartitionedMetadataResponse = await conn.request(cmds.partitioned_metadata(str(topic)))
                 return int(answer.get("partitions") or 0)
             except RetryableError as exc:
                 delay = backoff.next()

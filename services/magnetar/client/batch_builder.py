@@ -20,6 +20,7 @@ from typing import Any
 from magnetar.client.options import Result
 from magnetar.protocol.batch import Record, encode_batch
 from magnetar.protocol.compression import CompressionType
+from magnetar.protocol.entry import EntryMeta
 from magnetar.protocol.errors import MagnetarError
 from magnetar.protocol.message_id import MessageId
 
@@ -46,7 +47,7 @@ class Batch:
         self.future = future
         self.callbacks: list[tuple[int, SendCallback]] | None = None
         # The sealed form, kept until the receipt so the batch can be resent after a reconnect.
-        self.meta: dict[str, Any] | None = None
+        self.meta: EntryMeta | None = None
         self.payload: bytes | None = None
 
     def add(self, record: Record, size: int) -> int:
@@ -66,7 +67,7 @@ class Batch:
 
     def encode(
         self, *, producer_name: str, compression: CompressionType, batched: bool
-    ) -> tuple[dict[str, Any], bytes]:
+    ) -> tuple[EntryMeta, bytes]:
         """Seal: msgpack, compress and checksum the records once for the whole batch."""
         meta, payload = encode_batch(
             self.records,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from magnetar.protocol import commands as cmds
@@ -100,7 +101,7 @@ class ProducerHandler(Protocol):
 
 
 class ConsumerHandler(Protocol):
-    def _on_message(self, frame: dict[str, Any]) -> None: ...
+    def _on_message(self, frame: cmds.Message) -> None: ...
     def _connection_lost(self, conn: Connection, exc: MagnetarError) -> None: ...
     def _closed_by_broker(self, conn: Connection) -> None: ...
 
@@ -126,10 +127,11 @@ class Connection:
         self._reader = reader
         self._writer = writer
         self._decoder = FrameDecoder(max_frame_size)
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        # Answers are typed by the caller of ``request`` (``answer: cmds.Connected = ...``).
+        self._pending: dict[int, asyncio.Future[Any]] = {}
         self._producers: dict[int, ProducerHandler] = {}
         self._consumers: dict[int, ConsumerHandler] = {}
-        self._out: list[Any] = []
+        self._out: list[Mapping[str, object]] = []
         self._next_rid = 0
         self._closed_exc: MagnetarError | None = None
         self._heard = True  # something was read since the last keep-alive tick
@@ -167,14 +169,7 @@ class Connection:
             keep_alive_interval=keep_alive_interval,
         )
         try:
-            answer = await conn.request(
-                {
-                    "t": cmds.CONNECT,
-                    "client_version": CLIENT_VERSION,
-                    "protocol_version": cmds.PROTOCOL_VERSION,
-                },
-                connect_timeout,
-            )
+            answer: cmds.Connected = await conn.request(cmds.connect(CLIENT_VERSION), connect_timeout)
         except BaseException:
             conn.close()
             raise
@@ -202,7 +197,7 @@ class Connection:
 
     # ---------------------------------------------------------------- writing
 
-    def write(self, cmd: dict[str, Any]) -> None:
+    def write(self, cmd: Mapping[str, object]) -> None:
         """Queue a command; everything queued in this loop iteration goes out in one write."""
         if self._closed_exc is not None:
             raise self._closed_exc
@@ -219,11 +214,14 @@ class Connection:
         self._out = []
         self._writer.write(encode_frames(out))
 
-    def request_future(self, cmd: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-        """Send a request and return the future its answer resolves (errors become exceptions)."""
+    def request_future(self, cmd: cmds.Request) -> asyncio.Future[Any]:
+        """Send a request and return the future its answer resolves (errors become exceptions).
+
+        ``cmd["rid"]`` is set here (a constructor's placeholder is overwritten in place, so the
+        ``rid`` stays the last key on the wire)."""
         self._next_rid += 1
         rid = cmd["rid"] = self._next_rid
-        fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        fut: asyncio.Future[Any] = self._loop.create_future()
         self._pending[rid] = fut
         try:
             self.write(cmd)
@@ -232,7 +230,7 @@ class Connection:
             raise
         return fut
 
-    def request_nowait(self, cmd: dict[str, Any]) -> None:
+    def request_nowait(self, cmd: cmds.Request) -> None:
         """Send a best-effort request whose answer nobody waits for (a failure is not an error).
 
         Used to tidy up on the broker (close a registration we no longer want) without making
@@ -244,8 +242,11 @@ class Connection:
             return
         fut.add_done_callback(_ignore_outcome)
 
-    async def request(self, cmd: dict[str, Any], limit_seconds: float | None = None) -> dict[str, Any]:
-        """Send a request and wait for its answer, at most ``limit_seconds`` (default: operation timeout)."""
+    async def request(self, cmd: cmds.Request, limit_seconds: float | None = None) -> Any:
+        """Send a request and wait for its answer, at most ``limit_seconds`` (default: operation timeout).
+
+        The answer is the request's response command (``connected``, ``lookup_response``, ...,
+        ``success``); callers annotate it with its TypedDict."""
         fut = self.request_future(cmd)
         rid = cmd["rid"]
         limit = self.operation_timeout if limit_seconds is None else limit_seconds
@@ -282,35 +283,43 @@ class Connection:
         finally:
             self._shutdown(exc)
 
-    def _dispatch(self, frame: dict[str, Any]) -> None:
+    def _dispatch(self, frame: Any) -> None:
+        """Route one decoded frame; by its ``t`` it is taken as that command's TypedDict."""
         t = frame.get("t")
         if t == cmds.MESSAGE:
-            consumer = self._consumers.get(frame["consumer_id"])
+            message: cmds.Message = frame
+            consumer = self._consumers.get(message["consumer_id"])
             if consumer is not None:
-                consumer._on_message(frame)
+                consumer._on_message(message)
             return
         if t == cmds.SEND_RECEIPT:
-            producer = self._producers.get(frame["producer_id"])
+            receipt: cmds.SendReceipt = frame
+            producer = self._producers.get(receipt["producer_id"])
             if producer is not None:
-                producer._on_receipt(frame["seq"], frame["ledger"], frame["entry"])
+                producer._on_receipt(receipt["seq"], receipt["ledger"], receipt["entry"])
             return
         if t == cmds.SEND_ERROR:
-            producer = self._producers.get(frame["producer_id"])
+            send_error: cmds.SendError = frame
+            producer = self._producers.get(send_error["producer_id"])
             if producer is not None:
-                producer._on_send_error(frame["seq"], error_from_wire(frame.get("code", ""), frame.get("message", "")))
+                producer._on_send_error(
+                    send_error["seq"], error_from_wire(send_error.get("code", ""), send_error.get("message", ""))
+                )
             return
         if t == cmds.PING:
-            self.write({"t": cmds.PONG})
+            self.write(cmds.pong())
             return
         if t == cmds.PONG:
             return
         if t == cmds.CLOSE_PRODUCER and "rid" not in frame:  # pushed: topic unloaded or moved
-            producer = self._producers.pop(frame.get("producer_id", -1), None)
+            producer_closed: cmds.CloseProducerPushed = frame
+            producer = self._producers.pop(producer_closed.get("producer_id", -1), None)
             if producer is not None:
                 producer._closed_by_broker(self)
             return
         if t == cmds.CLOSE_CONSUMER and "rid" not in frame:
-            consumer = self._consumers.pop(frame.get("consumer_id", -1), None)
+            consumer_closed: cmds.CloseConsumerPushed = frame
+            consumer = self._consumers.pop(consumer_closed.get("consumer_id", -1), None)
             if consumer is not None:
                 consumer._closed_by_broker(self)
             return
@@ -346,7 +355,7 @@ class Connection:
             return
         else:
             self._ping_outstanding = True
-            self.write({"t": cmds.PING})
+            self.write(cmds.ping())
         self._keep_alive_handle = self._loop.call_later(self._keep_alive, self._keep_alive_tick)
 
     # ---------------------------------------------------------------- closing
@@ -389,6 +398,6 @@ class Connection:
             pass
 
 
-def _ignore_outcome(fut: asyncio.Future[dict[str, Any]]) -> None:
+def _ignore_outcome(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()

@@ -23,7 +23,6 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from itertools import repeat
-from typing import Any
 
 from magnetar.client.acks import BatchAckTracker, FlowPermits, Position
 from magnetar.client.connection import Connection
@@ -86,7 +85,7 @@ class PartitionConsumer(Attachment):
         self._nacks: set[Position] = set()
         self._flush_scheduled = False
         # Ack requests awaiting their answer, with the command (resent if the answer is lost).
-        self._outstanding: dict[asyncio.Future[dict[str, Any]], dict[str, Any]] = {}
+        self._outstanding: dict[asyncio.Future[cmds.AckResponse], cmds.Ack] = {}
 
     @property
     def closed(self) -> MagnetarError | None:
@@ -96,16 +95,14 @@ class PartitionConsumer(Attachment):
 
     async def _attach(self, conn: Connection) -> None:
         cid = self._resolver.next_id()
-        cmd: dict[str, Any] = {
-            "t": cmds.SUBSCRIBE,
-            "topic": self.topic,
-            "subscription": self._subscription,
-            "consumer_id": cid,
-            "sub_type": self._type.value,
-            "initial_position": self._initial_position.value,
-        }
-        if self._consumer_name:
-            cmd["consumer_name"] = self._consumer_name
+        cmd = cmds.subscribe(
+            self.topic,
+            self._subscription,
+            cid,
+            self._type.value,
+            self._initial_position.value,
+            self._consumer_name,
+        )
         # Registered before asking, so an entry pushed right after `success` is not dropped.
         conn.register_consumer(cid, self)
         try:
@@ -113,14 +110,14 @@ class PartitionConsumer(Attachment):
         except BaseException as exc:
             conn.unregister_consumer(cid)
             if isinstance(exc, Timeout):  # it may exist late, and an exclusive one would lock us out
-                conn.request_nowait({"t": cmds.CLOSE_CONSUMER, "consumer_id": cid})
+                conn.request_nowait(cmds.close_consumer(cid))
             raise
         if self._closed is not None:
             conn.unregister_consumer(cid)
-            conn.request_nowait({"t": cmds.CLOSE_CONSUMER, "consumer_id": cid})
+            conn.request_nowait(cmds.close_consumer(cid))
             return
         try:
-            conn.write({"t": cmds.FLOW, "consumer_id": cid, "permits": self.permits.initial()})
+            conn.write(cmds.flow(cid, self.permits.initial()))
         except MagnetarError as exc:
             conn.unregister_consumer(cid)
             raise NotConnected(f"connection to {conn.url} lost while subscribing: {exc}") from exc
@@ -152,7 +149,7 @@ class PartitionConsumer(Attachment):
 
     # ---------------------------------------------------------------- incoming
 
-    def _on_message(self, frame: dict[str, Any]) -> None:
+    def _on_message(self, frame: cmds.Message) -> None:
         meta = frame["meta"]
         position = (frame["ledger"], frame["entry"])
         try:
@@ -178,14 +175,14 @@ class PartitionConsumer(Attachment):
         """Count ``n`` messages as consumed; send a ``flow`` when half the queue has been."""
         grant = self.permits.consumed(n)
         if grant:
-            self._send({"t": cmds.FLOW, "consumer_id": self.consumer_id, "permits": grant})
+            self._send(cmds.flow(self.consumer_id, grant))
 
     def message_consumed(self, info: EntryInfo) -> None:
         """One message of ``info``'s entry was handed to the application (from another thread's queue pop)."""
         if info.epoch == self.epoch:
             self.return_permits(1)
 
-    def _send(self, cmd: dict[str, Any]) -> None:
+    def _send(self, cmd: cmds.Flow | cmds.Redeliver) -> None:
         """Write a fire-and-forget command; detached, it is dropped (the re-subscribe resets that state)."""
         conn = self._conn
         if conn is None:
@@ -247,29 +244,15 @@ class PartitionConsumer(Attachment):
             return
         if self._acks:
             positions, self._acks = self._acks, []
-            self._ack_request(
-                {
-                    "t": cmds.ACK,
-                    "consumer_id": self.consumer_id,
-                    "kind": cmds.ACK_INDIVIDUAL,
-                    "positions": positions,
-                }
-            )
+            self._ack_request(cmds.ack(self.consumer_id, cmds.ACK_INDIVIDUAL, positions))
         if self._cumulative is not None:
             position, self._cumulative = self._cumulative, None
-            self._ack_request(
-                {
-                    "t": cmds.ACK,
-                    "consumer_id": self.consumer_id,
-                    "kind": cmds.ACK_CUMULATIVE,
-                    "positions": [position],
-                }
-            )
+            self._ack_request(cmds.ack(self.consumer_id, cmds.ACK_CUMULATIVE, [position]))
         if self._nacks:
             nacks, self._nacks = sorted(self._nacks), set()
-            self._send({"t": cmds.REDELIVER, "consumer_id": self.consumer_id, "positions": nacks})
+            self._send(cmds.redeliver(self.consumer_id, nacks))
 
-    def _ack_request(self, cmd: dict[str, Any]) -> None:
+    def _ack_request(self, cmd: cmds.Ack) -> None:
         conn = self._conn
         assert conn is not None
         try:
@@ -282,7 +265,7 @@ class PartitionConsumer(Attachment):
         self._outstanding[fut] = cmd
         fut.add_done_callback(self._ack_done)
 
-    def _ack_done(self, fut: asyncio.Future[dict[str, Any]]) -> None:
+    def _ack_done(self, fut: asyncio.Future[cmds.AckResponse]) -> None:
         cmd = self._outstanding.pop(fut)
         if fut.cancelled():
             return
@@ -294,7 +277,7 @@ class PartitionConsumer(Attachment):
         else:
             log.warning("acknowledgement on %s failed: %s", self.topic, exc)
 
-    def _requeue(self, cmd: dict[str, Any]) -> None:
+    def _requeue(self, cmd: cmds.Ack) -> None:
         positions: list[Position] = [(p[0], p[1]) for p in cmd["positions"]]
         if cmd["kind"] == cmds.ACK_CUMULATIVE:
             if self._cumulative is None or positions[0] > self._cumulative:
@@ -349,7 +332,8 @@ class PartitionConsumer(Attachment):
         try:
             if not attached or conn is None:
                 raise NotConnected(f"{kind} on {self.topic}: not connected to its broker")
-            await conn.request({"t": kind, "consumer_id": self.consumer_id}, max(deadline - self._loop.time(), 0.001))
+            cmd = cmds.unsubscribe(self.consumer_id) if unsubscribe else cmds.close_consumer(self.consumer_id)
+            await conn.request(cmd, max(deadline - self._loop.time(), 0.001))
         except (NotConnected, Timeout) as exc:
             if unsubscribe:
                 raise
@@ -540,7 +524,7 @@ class Consumer:
 
     def redeliver_unacknowledged_messages(self) -> None:
         for part in self._parts:
-            part._send({"t": cmds.REDELIVER, "consumer_id": part.consumer_id})
+            part._send(cmds.redeliver(part.consumer_id))
 
     # ---------------------------------------------------------------- closing
 

@@ -17,7 +17,6 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from magnetar.client.batch_builder import RECORD_OVERHEAD, Batch, SendCallback, SendReceipt
 from magnetar.client.connection import Connection
@@ -43,6 +42,13 @@ log = logging.getLogger(__name__)
 # Shared by every record sent without properties (records are packed, never mutated).
 _NO_PROPERTIES: dict[str, str] = {}
 
+
+
+def check_content(content: object) -> None:
+    """Refuse message content that is not bytes at the call, as pulsar-client's bytes schema does
+    (``TypeError``), rather than later on the client's loop thread."""
+    if type(content) is not bytes and not isinstance(content, bytearray | memoryview):
+        raise TypeError(f"message content must be bytes, not {type(content).__name__}")
 
 class ProducerConfig:
     """The options of ``create_producer``, validated once (names and defaults as Pulsar's)."""
@@ -135,22 +141,19 @@ class PartitionProducer(Attachment):
     async def _attach(self, conn: Connection) -> None:
         """Register as a producer on ``conn``; on success resend every unacknowledged batch in order."""
         pid = self._resolver.next_id()
-        cmd: dict[str, Any] = {"t": cmds.PRODUCER, "topic": self.topic, "producer_id": pid}
         # After the first attach the broker-assigned name is kept: deduplication is keyed by it.
-        name = self.producer_name or self._cfg.producer_name
-        if name:
-            cmd["producer_name"] = name
+        cmd = cmds.producer(self.topic, pid, self.producer_name or self._cfg.producer_name)
         conn.register_producer(pid, self)
         try:
-            answer = await conn.request(cmd)
+            answer: cmds.ProducerSuccess = await conn.request(cmd)
         except BaseException as exc:
             conn.unregister_producer(pid)
             if isinstance(exc, Timeout):  # it may still be created late: do not leave it behind
-                conn.request_nowait({"t": cmds.CLOSE_PRODUCER, "producer_id": pid})
+                conn.request_nowait(cmds.close_producer(pid))
             raise
         if self._closed is not None:  # closed while we were waiting
             conn.unregister_producer(pid)
-            conn.request_nowait({"t": cmds.CLOSE_PRODUCER, "producer_id": pid})
+            conn.request_nowait(cmds.close_producer(pid))
             return
         self.producer_id = pid
         self.producer_name = str(answer.get("producer_name") or self.producer_name)
@@ -170,14 +173,10 @@ class PartitionProducer(Attachment):
         self._conn = conn
         self._attached.set()
 
-    def _send_cmd(self, batch: Batch) -> dict[str, Any]:
-        return {
-            "t": cmds.SEND,
-            "producer_id": self.producer_id,
-            "seq": batch.first_seq,
-            "meta": batch.meta,
-            "payload": batch.payload,
-        }
+    def _send_cmd(self, batch: Batch) -> cmds.Send:
+        meta, payload = batch.meta, batch.payload
+        assert meta is not None and payload is not None  # sealed: every batch in _inflight is
+        return cmds.send(self.producer_id, batch.first_seq, meta, payload)
 
     def _connection_lost(self, conn: Connection, exc: MagnetarError) -> None:
         if conn is self._conn:
@@ -198,7 +197,7 @@ class PartitionProducer(Attachment):
         if conn is None:
             return
         conn.unregister_producer(self.producer_id)
-        conn.request_nowait({"t": cmds.CLOSE_PRODUCER, "producer_id": self.producer_id})
+        conn.request_nowait(cmds.close_producer(self.producer_id))
         self._detach(exc)
 
     def _give_up(self, exc: MagnetarError) -> None:
@@ -223,8 +222,9 @@ class PartitionProducer(Attachment):
         """
         if self._closed is not None:
             raise self._closed
-        if type(content) is not bytes and not isinstance(content, bytearray | memoryview):
-            raise TypeError(f"message content must be bytes, not {type(content).__name__}")
+        check_content(content)
+        if callback is not None and not callable(callback):
+            raise TypeError(f"send callback must be callable(result, msg_id), not {type(callback).__name__}")
         size = len(content)
         if size > self._max_message_size:
             raise MessageTooLarge(
@@ -315,15 +315,7 @@ class PartitionProducer(Attachment):
         conn = self._conn
         if conn is not None:
             try:
-                conn.write(
-                    {
-                        "t": cmds.SEND,
-                        "producer_id": self.producer_id,
-                        "seq": batch.first_seq,
-                        "meta": meta,
-                        "payload": payload,
-                    }
-                )
+                conn.write(cmds.send(self.producer_id, batch.first_seq, meta, payload))
             except MagnetarError as exc:  # closed, and we were not told yet: keep it for the resend
                 self._detach(exc)
         if self._timeout_handle is None and self._timeout > 0:
@@ -436,7 +428,7 @@ class PartitionProducer(Attachment):
             try:
                 if not conn.closed:
                     remaining = max(deadline - self._loop.time(), 0.001)
-                    await conn.request({"t": cmds.CLOSE_PRODUCER, "producer_id": self.producer_id}, remaining)
+                    await conn.request(cmds.close_producer(self.producer_id), remaining)
             except (NotConnected, Timeout) as exc:
                 log.debug("close_producer on %s: %s", self.topic, exc)
             finally:

@@ -25,6 +25,7 @@ from magnetar.client.batch_builder import SendCallback
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError, ProducerQueueIsFull
 from magnetar.client.message import Message
 from magnetar.client.options import CompressionType, ConsumerType, InitialPosition, Result
+from magnetar.client.producer import check_content
 from magnetar.protocol.errors import AlreadyClosed, MagnetarError
 from magnetar.protocol.message_id import MessageId
 
@@ -193,6 +194,10 @@ class Producer:
         event_timestamp: int | None = None,
     ) -> None:
         """Queue a message; ``callback(result, msg_id)`` gets ``Result.Ok`` or the error."""
+        # Refused here, not later on the client's loop thread where the queue behind it would stall.
+        check_content(content)
+        if not callable(callback):
+            raise TypeError(f"send_async needs a callable callback(result, msg_id), not {type(callback).__name__}")
         if not self._reserve(self._block):
             callback(ProducerQueueIsFull(f"{self._max_pending} messages pending"), None)
             return
@@ -218,6 +223,7 @@ class Producer:
             outcome.append((result, msg_id))
             done.set()
 
+        check_content(content)
         # Same path as send_async, so a send after some send_asyncs keeps their order.
         if not self._reserve(self._block):
             raise ProducerQueueIsFull(f"{self._max_pending} messages pending")

@@ -1,7 +1,8 @@
 """The payload format a producer sends: a (possibly compressed) msgpack list of message records.
 
-The broker never decodes it (DESIGN.md §4): it stores ``[meta, payload]`` as one ledger entry and
-forwards both to consumers. Only producers encode and only consumers (and Spark readers) decode.
+The broker never decodes it (DESIGN.md §4): it stores ``[meta, payload]`` as one ledger entry
+(``entry.py``) and forwards both to consumers. Only producers encode and only consumers (and
+Spark readers) decode.
 
 A record is ``[payload: bin, properties: map, partition_key: str | nil, event_time: int,
 sequence_id: int]``. A message sent without batching is a one-record batch whose meta says
@@ -12,25 +13,27 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 
 from magnetar.protocol.checksum import crc32c
 from magnetar.protocol.compression import CompressionType, compress, decompress
+from magnetar.protocol.entry import EntryMeta
 from magnetar.protocol.errors import ChecksumError
 
 Record = list[Any]
 
-# Keys of the entry metadata map ("meta"), kept short because every entry carries them.
-META_PRODUCER = "pn"
-META_SEQUENCE = "seq"
-META_COUNT = "n"
-META_CRC = "crc"
-META_COMPRESSION = "comp"
-META_UNCOMPRESSED_SIZE = "usize"
-META_PUBLISH_TIME = "pt"
-META_BATCHED = "b"
+# Keys of the entry metadata map ("meta", ``entry.EntryMeta``), kept short because every entry
+# carries them.
+META_PRODUCER: Final = "pn"
+META_SEQUENCE: Final = "seq"
+META_COUNT: Final = "n"
+META_CRC: Final = "crc"
+META_COMPRESSION: Final = "comp"
+META_UNCOMPRESSED_SIZE: Final = "usize"
+META_PUBLISH_TIME: Final = "pt"
+META_BATCHED: Final = "b"
 
 
 @dataclass(slots=True)
@@ -59,11 +62,11 @@ def encode_batch(
     first_sequence_id: int,
     compression: CompressionType | int = CompressionType.NONE,
     batched: bool = True,
-) -> tuple[dict[str, Any], bytes]:
+) -> tuple[EntryMeta, bytes]:
     """Return (meta, payload) for a batch of records; the CRC covers the payload as sent."""
     raw = msgpack.packb(records, use_bin_type=True)
     payload = compress(compression, raw)
-    meta = {
+    meta: EntryMeta = {
         META_PRODUCER: producer_name,
         META_SEQUENCE: first_sequence_id,
         META_COUNT: len(records),
@@ -76,7 +79,7 @@ def encode_batch(
     return meta, payload
 
 
-def decode_batch(meta: dict[str, Any], payload: bytes, *, verify: bool = True) -> list[Record]:
+def decode_batch(meta: EntryMeta, payload: bytes, *, verify: bool = True) -> list[Record]:
     """Check the CRC, decompress and decode a batch into its raw records."""
     if verify and crc32c(payload) != meta[META_CRC]:
         raise ChecksumError("entry payload checksum mismatch (corrupted in storage or transit)")

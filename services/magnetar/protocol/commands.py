@@ -1,15 +1,28 @@
-"""Command names and their required fields, for the client↔broker and broker↔bookie protocols.
+"""Commands of the client↔broker and broker↔bookie protocols: names, types, constructors.
 
 Commands are plain msgpack maps ``{"t": <name>, ...}`` rather than classes: they are built and
-read on the hot path, and a map is what msgpack decodes to for free. ``missing_fields`` is the
-one validation step servers run before dispatching, so that a well-formed frame carrying a
-command with missing fields gets an ``InvalidCommand`` error instead of a ``KeyError``.
+read on the hot path, and a map is what msgpack decodes to for free. Each command has one
+``TypedDict`` here (``Send``, ``SendReceipt``, ``BkAdd``, ...) so that mypy checks the fields
+of every command built or read, and constructor functions (``send(...)``, ``send_receipt(...)``,
+...) that return the map and do nothing else: no validation, no copying. A constructor writes the
+keys in the order they go on the wire; a request's ``rid`` comes last and defaults to 0 because
+the connection that sends it assigns the real one (``client.connection.Connection`` and
+``bookie.tcp_client.TcpBookieClient`` overwrite ``cmd["rid"]``).
+
+``missing_fields`` is the one validation step servers run before dispatching, so that a
+well-formed frame carrying a command with missing fields gets an ``InvalidCommand`` error instead
+of a ``KeyError``; after it passed, a handler takes the frame as that command's ``TypedDict``.
+Its table, ``REQUIRED_FIELDS``, is derived from the request TypedDicts' required keys.
 WIRE.md beside this module documents every command.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: TypedDict reads NotRequired[...] at runtime,
+# and REQUIRED_FIELDS is derived from that.
 
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any, Final, Literal, NotRequired, TypedDict
+
+from magnetar.protocol.entry import EntryMeta
 
 PROTOCOL_VERSION: Final = 1
 
@@ -49,6 +62,7 @@ BK_READ_LAC: Final = "bk_read_lac"
 BK_FENCE: Final = "bk_fence"
 BK_DELETE: Final = "bk_delete"
 BK_RESPONSE: Final = "bk_response"
+BK_OK: Final = "OK"  # the ``code`` of a successful ``bk_response``
 
 # Subscription types, as Pulsar's ConsumerType values.
 SUB_EXCLUSIVE: Final = "Exclusive"
@@ -59,28 +73,302 @@ SUB_KEY_SHARED: Final = "Key_Shared"
 ACK_INDIVIDUAL: Final = "individual"
 ACK_CUMULATIVE: Final = "cumulative"
 
-REQUIRED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
-    CONNECT: ("rid",),
-    PING: (),
-    PONG: (),
-    LOOKUP: ("rid", "topic"),
-    PARTITIONED_METADATA: ("rid", "topic"),
-    PRODUCER: ("rid", "topic", "producer_id"),
-    SEND: ("producer_id", "seq", "meta", "payload"),
-    CLOSE_PRODUCER: ("rid", "producer_id"),
-    SUBSCRIBE: ("rid", "topic", "subscription", "consumer_id", "sub_type"),
-    FLOW: ("consumer_id", "permits"),
-    ACK: ("consumer_id", "kind", "positions"),
-    REDELIVER: ("consumer_id",),
-    CLOSE_CONSUMER: ("rid", "consumer_id"),
-    UNSUBSCRIBE: ("rid", "consumer_id"),
-    SEEK: ("rid", "consumer_id", "position"),
-    BK_ADD: ("rid", "ledger", "entry", "data", "crc"),
-    BK_READ: ("rid", "ledger", "entry"),
-    BK_READ_LAC: ("rid", "ledger"),
-    BK_FENCE: ("rid", "ledger"),
-    BK_DELETE: ("rid", "ledger"),
+# A position on the wire: [ledger, entry] (a tuple when the client builds it, a list decoded).
+WirePosition = Sequence[int]
+
+
+# ====================================================================== client -> broker
+# Required fields are declared first, in the order of REQUIRED_FIELDS (it is derived from them).
+
+
+class Connect(TypedDict):
+    t: Literal["connect"]
+    rid: int
+    client_version: NotRequired[str]
+    protocol_version: NotRequired[int]
+
+
+class Ping(TypedDict):
+    t: Literal["ping"]
+
+
+class Pong(TypedDict):
+    t: Literal["pong"]
+
+
+class Lookup(TypedDict):
+    t: Literal["lookup"]
+    rid: int
+    topic: str
+
+
+class PartitionedMetadata(TypedDict):
+    t: Literal["partitioned_metadata"]
+    rid: int
+    topic: str
+
+
+class Producer(TypedDict):
+    t: Literal["producer"]
+    rid: int
+    topic: str
+    producer_id: int
+    producer_name: NotRequired[str]
+
+
+class Send(TypedDict):
+    t: Literal["send"]
+    producer_id: int
+    seq: int
+    meta: EntryMeta
+    payload: bytes
+
+
+class CloseProducer(TypedDict):
+    t: Literal["close_producer"]
+    rid: int
+    producer_id: int
+
+
+class Subscribe(TypedDict):
+    t: Literal["subscribe"]
+    rid: int
+    topic: str
+    subscription: str
+    consumer_id: int
+    sub_type: str
+    initial_position: NotRequired[str]
+    consumer_name: NotRequired[str]
+
+
+class Flow(TypedDict):
+    t: Literal["flow"]
+    consumer_id: int
+    permits: int
+
+
+class Ack(TypedDict):
+    t: Literal["ack"]
+    consumer_id: int
+    kind: str
+    positions: Sequence[WirePosition]
+    rid: NotRequired[int]
+
+
+class Redeliver(TypedDict):
+    t: Literal["redeliver"]
+    consumer_id: int
+    positions: NotRequired[Sequence[WirePosition]]
+
+
+class CloseConsumer(TypedDict):
+    t: Literal["close_consumer"]
+    rid: int
+    consumer_id: int
+
+
+class Unsubscribe(TypedDict):
+    t: Literal["unsubscribe"]
+    rid: int
+    consumer_id: int
+
+
+class Seek(TypedDict):
+    t: Literal["seek"]
+    rid: int
+    consumer_id: int
+    position: WirePosition
+
+
+# ====================================================================== broker -> client
+
+
+class Connected(TypedDict):
+    t: Literal["connected"]
+    rid: int
+    server_version: str
+    protocol_version: int
+    max_message_size: int
+
+
+class Success(TypedDict):
+    t: Literal["success"]
+    rid: int
+
+
+class Error(TypedDict):
+    """An error answer; ``rid`` is nil when it refuses the connection's input (and it closes)."""
+
+    t: Literal["error"]
+    rid: int | None
+    code: str
+    message: str
+
+
+class LookupResponse(TypedDict):
+    t: Literal["lookup_response"]
+    rid: int
+    broker_url: str
+    redirect: bool
+
+
+class PartitionedMetadataResponse(TypedDict):
+    t: Literal["partitioned_metadata_response"]
+    rid: int
+    partitions: int
+
+
+class ProducerSuccess(TypedDict):
+    t: Literal["producer_success"]
+    rid: int
+    producer_name: str
+    last_sequence_id: int
+
+
+class SendReceipt(TypedDict):
+    t: Literal["send_receipt"]
+    producer_id: int
+    seq: int
+    ledger: int
+    entry: int
+
+
+class SendError(TypedDict):
+    t: Literal["send_error"]
+    producer_id: int
+    seq: int
+    code: str
+    message: str
+
+
+class Message(TypedDict):
+    t: Literal["message"]
+    consumer_id: int
+    ledger: int
+    entry: int
+    meta: EntryMeta
+    payload: bytes
+    redelivery_count: int
+
+
+class AckResponse(TypedDict):
+    t: Literal["ack_response"]
+    rid: int
+
+
+class CloseProducerPushed(TypedDict):
+    """Pushed (no ``rid``): the topic was unloaded or moved; look it up again and re-create."""
+
+    t: Literal["close_producer"]
+    producer_id: int
+
+
+class CloseConsumerPushed(TypedDict):
+    """Pushed (no ``rid``): the topic was unloaded or moved; look it up again and re-subscribe."""
+
+    t: Literal["close_consumer"]
+    consumer_id: int
+
+
+# ====================================================================== broker -> bookie
+
+
+class BkAdd(TypedDict):
+    t: Literal["bk_add"]
+    rid: int
+    ledger: int
+    entry: int
+    data: bytes
+    crc: int
+    lac: NotRequired[int]
+    recovery: NotRequired[bool]
+
+
+class BkRead(TypedDict):
+    t: Literal["bk_read"]
+    rid: int
+    ledger: int
+    entry: int
+    fence: NotRequired[bool]
+
+
+class BkReadLac(TypedDict):
+    t: Literal["bk_read_lac"]
+    rid: int
+    ledger: int
+
+
+class BkFence(TypedDict):
+    t: Literal["bk_fence"]
+    rid: int
+    ledger: int
+
+
+class BkDelete(TypedDict):
+    t: Literal["bk_delete"]
+    rid: int
+    ledger: int
+
+
+class BkResponse(TypedDict):
+    """Every bookie answer: ``code`` is ``"OK"`` or an error code (then with ``message``)."""
+
+    t: Literal["bk_response"]
+    rid: int
+    code: str
+    message: NotRequired[str]
+    data: NotRequired[bytes]
+    crc: NotRequired[int]
+    lac: NotRequired[int]
+
+
+# Requests a client sends with Connection.request*, which assigns ``rid``.
+Request = (
+    Connect
+    | Lookup
+    | PartitionedMetadata
+    | Producer
+    | CloseProducer
+    | Subscribe
+    | Ack
+    | CloseConsumer
+    | Unsubscribe
+    | Seek
+)
+BookieRequest = BkAdd | BkRead | BkReadLac | BkFence | BkDelete
+
+# What a server runs, by name; REQUIRED_FIELDS below is read from these.
+SERVED: Final[dict[str, Any]] = {
+    CONNECT: Connect,
+    PING: Ping,
+    PONG: Pong,
+    LOOKUP: Lookup,
+    PARTITIONED_METADATA: PartitionedMetadata,
+    PRODUCER: Producer,
+    SEND: Send,
+    CLOSE_PRODUCER: CloseProducer,
+    SUBSCRIBE: Subscribe,
+    FLOW: Flow,
+    ACK: Ack,
+    REDELIVER: Redeliver,
+    CLOSE_CONSUMER: CloseConsumer,
+    UNSUBSCRIBE: Unsubscribe,
+    SEEK: Seek,
+    BK_ADD: BkAdd,
+    BK_READ: BkRead,
+    BK_READ_LAC: BkReadLac,
+    BK_FENCE: BkFence,
+    BK_DELETE: BkDelete,
 }
+
+
+def _required(command: Any) -> tuple[str, ...]:
+    return tuple(k for k in command.__annotations__ if k != "t" and k in command.__required_keys__)
+
+
+# Required fields of every command a server runs (client→broker and broker→bookie), in
+# declaration order (which is the order ``missing_fields`` names absent ones in).
+REQUIRED_FIELDS: Final[dict[str, tuple[str, ...]]] = {name: _required(cls) for name, cls in SERVED.items()}
 
 
 def missing_fields(cmd: Any) -> str | None:
@@ -99,5 +387,225 @@ def missing_fields(cmd: Any) -> str | None:
     return None
 
 
-def error_frame(rid: int | None, code: str, message: str) -> dict[str, Any]:
+# ====================================================================== constructors
+# Plain functions returning the map, keys in wire order. Request ``rid``: see the module docstring.
+
+# --- client -> broker
+
+
+def connect(client_version: str, protocol_version: int = PROTOCOL_VERSION, rid: int = 0) -> Connect:
+    return {"t": CONNECT, "client_version": client_version, "protocol_version": protocol_version, "rid": rid}
+
+
+def ping() -> Ping:
+    return {"t": PING}
+
+
+def pong() -> Pong:
+    return {"t": PONG}
+
+
+def lookup(topic: str, rid: int = 0) -> Lookup:
+    return {"t": LOOKUP, "topic": topic, "rid": rid}
+
+
+def partitioned_metadata(topic: str, rid: int = 0) -> PartitionedMetadata:
+    return {"t": PARTITIONED_METADATA, "topic": topic, "rid": rid}
+
+
+def producer(topic: str, producer_id: int, producer_name: str | None = None, rid: int = 0) -> Producer:
+    """``producer_name`` is sent only when given and non-empty (the broker then picks one)."""
+    if producer_name:
+        return {"t": PRODUCER, "topic": topic, "producer_id": producer_id, "producer_name": producer_name, "rid": rid}
+    return {"t": PRODUCER, "topic": topic, "producer_id": producer_id, "rid": rid}
+
+
+def send(producer_id: int, seq: int, meta: EntryMeta, payload: bytes) -> Send:
+    return {"t": SEND, "producer_id": producer_id, "seq": seq, "meta": meta, "payload": payload}
+
+
+def close_producer(producer_id: int, rid: int = 0) -> CloseProducer:
+    return {"t": CLOSE_PRODUCER, "producer_id": producer_id, "rid": rid}
+
+
+def subscribe(
+    topic: str,
+    subscription: str,
+    consumer_id: int,
+    sub_type: str,
+    initial_position: str = "Latest",
+    consumer_name: str | None = None,
+    rid: int = 0,
+) -> Subscribe:
+    """``consumer_name`` is sent only when given and non-empty (the broker then picks one)."""
+    if consumer_name:
+        return {
+            "t": SUBSCRIBE,
+            "topic": topic,
+            "subscription": subscription,
+            "consumer_id": consumer_id,
+            "sub_type": sub_type,
+            "initial_position": initial_position,
+            "consumer_name": consumer_name,
+            "rid": rid,
+        }
+    return {
+        "t": SUBSCRIBE,
+        "topic": topic,
+        "subscription": subscription,
+        "consumer_id": consumer_id,
+        "sub_type": sub_type,
+        "initial_position": initial_position,
+        "rid": rid,
+    }
+
+
+def flow(consumer_id: int, permits: int) -> Flow:
+    return {"t": FLOW, "consumer_id": consumer_id, "permits": permits}
+
+
+def ack(consumer_id: int, kind: str, positions: Sequence[WirePosition], rid: int | None = None) -> Ack:
+    """Without ``rid`` no ``ack_response`` comes back (``Connection.request*`` adds one)."""
+    if rid is None:
+        return {"t": ACK, "consumer_id": consumer_id, "kind": kind, "positions": positions}
+    return {"t": ACK, "consumer_id": consumer_id, "kind": kind, "positions": positions, "rid": rid}
+
+
+def redeliver(consumer_id: int, positions: Sequence[WirePosition] | None = None) -> Redeliver:
+    """Without ``positions``: every unacknowledged entry of the consumer."""
+    if positions is None:
+        return {"t": REDELIVER, "consumer_id": consumer_id}
+    return {"t": REDELIVER, "consumer_id": consumer_id, "positions": positions}
+
+
+def close_consumer(consumer_id: int, rid: int = 0) -> CloseConsumer:
+    return {"t": CLOSE_CONSUMER, "consumer_id": consumer_id, "rid": rid}
+
+
+def unsubscribe(consumer_id: int, rid: int = 0) -> Unsubscribe:
+    return {"t": UNSUBSCRIBE, "consumer_id": consumer_id, "rid": rid}
+
+
+def seek(consumer_id: int, position: WirePosition, rid: int = 0) -> Seek:
+    return {"t": SEEK, "consumer_id": consumer_id, "position": position, "rid": rid}
+
+
+# --- broker -> client
+
+
+def connected(rid: int, server_version: str, protocol_version: int, max_message_size: int) -> Connected:
+    return {
+        "t": CONNECTED,
+        "rid": rid,
+        "server_version": server_version,
+        "protocol_version": protocol_version,
+        "max_message_size": max_message_size,
+    }
+
+
+def success(rid: int) -> Success:
+    return {"t": SUCCESS, "rid": rid}
+
+
+def error_frame(rid: int | None, code: str, message: str) -> Error:
     return {"t": ERROR, "rid": rid, "code": code, "message": message}
+
+
+def lookup_response(rid: int, broker_url: str, redirect: bool) -> LookupResponse:
+    return {"t": LOOKUP_RESPONSE, "rid": rid, "broker_url": broker_url, "redirect": redirect}
+
+
+def partitioned_metadata_response(rid: int, partitions: int) -> PartitionedMetadataResponse:
+    return {"t": PARTITIONED_METADATA_RESPONSE, "rid": rid, "partitions": partitions}
+
+
+def producer_success(rid: int, producer_name: str, last_sequence_id: int) -> ProducerSuccess:
+    return {"t": PRODUCER_SUCCESS, "rid": rid, "producer_name": producer_name, "last_sequence_id": last_sequence_id}
+
+
+def send_receipt(producer_id: int, seq: int, ledger: int, entry: int) -> SendReceipt:
+    return {"t": SEND_RECEIPT, "producer_id": producer_id, "seq": seq, "ledger": ledger, "entry": entry}
+
+
+def send_error(producer_id: int, seq: int, code: str, message: str) -> SendError:
+    return {"t": SEND_ERROR, "producer_id": producer_id, "seq": seq, "code": code, "message": message}
+
+
+def message(
+    consumer_id: int, ledger: int, entry: int, meta: EntryMeta, payload: bytes, redelivery_count: int
+) -> Message:
+    return {
+        "t": MESSAGE,
+        "consumer_id": consumer_id,
+        "ledger": ledger,
+        "entry": entry,
+        "meta": meta,
+        "payload": payload,
+        "redelivery_count": redelivery_count,
+    }
+
+
+def ack_response(rid: int) -> AckResponse:
+    return {"t": ACK_RESPONSE, "rid": rid}
+
+
+def close_producer_pushed(producer_id: int) -> CloseProducerPushed:
+    return {"t": CLOSE_PRODUCER, "producer_id": producer_id}
+
+
+def close_consumer_pushed(consumer_id: int) -> CloseConsumerPushed:
+    return {"t": CLOSE_CONSUMER, "consumer_id": consumer_id}
+
+
+# --- broker -> bookie
+
+
+def bk_add(ledger: int, entry: int, data: bytes, crc: int, lac: int, recovery: bool = False, rid: int = 0) -> BkAdd:
+    if recovery:
+        return {
+            "t": BK_ADD,
+            "ledger": ledger,
+            "entry": entry,
+            "data": data,
+            "crc": crc,
+            "lac": lac,
+            "recovery": True,
+            "rid": rid,
+        }
+    return {"t": BK_ADD, "ledger": ledger, "entry": entry, "data": data, "crc": crc, "lac": lac, "rid": rid}
+
+
+def bk_read(ledger: int, entry: int, fence: bool = False, rid: int = 0) -> BkRead:
+    if fence:
+        return {"t": BK_READ, "ledger": ledger, "entry": entry, "fence": True, "rid": rid}
+    return {"t": BK_READ, "ledger": ledger, "entry": entry, "rid": rid}
+
+
+def bk_read_lac(ledger: int, rid: int = 0) -> BkReadLac:
+    return {"t": BK_READ_LAC, "ledger": ledger, "rid": rid}
+
+
+def bk_fence(ledger: int, rid: int = 0) -> BkFence:
+    return {"t": BK_FENCE, "ledger": ledger, "rid": rid}
+
+
+def bk_delete(ledger: int, rid: int = 0) -> BkDelete:
+    return {"t": BK_DELETE, "ledger": ledger, "rid": rid}
+
+
+def bk_response(rid: int) -> BkResponse:
+    """Success with nothing to return (add, delete)."""
+    return {"t": BK_RESPONSE, "rid": rid, "code": BK_OK}
+
+
+def bk_lac_response(rid: int, lac: int) -> BkResponse:
+    """Success of ``bk_read_lac`` / ``bk_fence``."""
+    return {"t": BK_RESPONSE, "rid": rid, "code": BK_OK, "lac": lac}
+
+
+def bk_read_response(rid: int, data: bytes, crc: int, lac: int) -> BkResponse:
+    return {"t": BK_RESPONSE, "rid": rid, "code": BK_OK, "data": data, "crc": crc, "lac": lac}
+
+
+def bk_error(rid: int, code: str, message: str) -> BkResponse:
+    return {"t": BK_RESPONSE, "rid": rid, "code": code, "message": message}

@@ -1,0 +1,54 @@
+"""The stored form of one message entry: what a topic's ledger holds for each ``send``.
+
+Every entry of a topic's managed ledger is the msgpack array ``[meta, payload]``
+(``use_bin_type=True``): ``meta`` is the producer's entry metadata map (``EntryMeta``, keys
+below) exactly as the ``send`` command carried it, ``payload`` the producer's (compressed) batch
+bytes exactly as sent, CRC32C ``meta["crc"]``. The broker writes it (``encode_entry``) and never
+decodes ``payload``; the dispatcher reads it back (``decode_entry``) to push ``message`` frames.
+
+This module is the one definition of that layout for everything that reads ledgers directly —
+the broker, and offline readers such as a Spark job that scans a topic's ledgers from the
+bookies: ``decode_entry`` gives ``(meta, payload)`` and ``batch.decode_batch(meta, payload)``
+then gives the message records (it verifies ``crc`` first). WIRE.md, "Entry metadata", is the
+specification.
+"""
+
+# No ``from __future__ import annotations`` here: TypedDict reads NotRequired[...] at runtime.
+
+from typing import NotRequired, TypedDict
+
+import msgpack
+
+
+class EntryMeta(TypedDict):
+    """The entry metadata map (``meta``), short keys because every entry carries them.
+
+    ``batch.encode_batch`` (every producer) writes all of the keys. The broker requires only
+    ``crc`` (it refuses a ``send`` whose ``crc`` does not match the payload), so a reader of
+    stored entries falls back to the documented defaults for the others.
+    """
+
+    crc: int  # CRC32C of ``payload`` as sent (compressed)
+    pn: NotRequired[str]  # producer name
+    seq: NotRequired[int]  # sequence id of the first message
+    n: NotRequired[int]  # number of messages (default 1)
+    comp: NotRequired[int]  # ``CompressionType`` value (default 0, none)
+    usize: NotRequired[int]  # uncompressed size of ``payload`` (default: its length)
+    pt: NotRequired[int]  # publish time, milliseconds since the epoch
+    b: NotRequired[bool]  # whether the messages were batched (batch index -1 in ids if not)
+
+
+def encode_entry(meta: EntryMeta, payload: bytes) -> bytes:
+    """The ledger entry for one ``send``: msgpack ``[meta, payload]``."""
+    data: bytes = msgpack.packb([meta, payload], use_bin_type=True)
+    return data
+
+
+def decode_entry(data: bytes) -> tuple[EntryMeta, bytes]:
+    """``(meta, payload)`` of a stored entry; ``payload`` is returned undecoded.
+
+    No validation beyond msgpack's (this runs for every dispatched entry): a value that is not a
+    two-element array raises ``ValueError``/``TypeError``.
+    """
+    meta, payload = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    return meta, payload
