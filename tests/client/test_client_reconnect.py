@@ -38,19 +38,7 @@ def _after(frames: list[dict], t: str, nth: int) -> list[dict]:
 # ------------------------------------------------------------------ backoff
 
 
-def test_backoff_doubles_from_initial_up_to_max_and_resets():
-    b = Backoff(0.1, 1.0, rng=lambda: 0.0)
-    assert [round(b.next(), 6) for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
-    b.reset()
-    assert b.next() == pytest.approx(0.1)
-
-
-def test_backoff_jitter_shortens_each_delay_by_at_most_a_tenth():
-    b = Backoff(0.1, 30.0, rng=lambda: 1.0)
-    assert [round(b.next(), 6) for _ in range(3)] == [0.09, 0.18, 0.36]
-    real = Backoff(0.1, 30.0)
-    for base in (0.1, 0.2, 0.4, 0.8):
-        assert 0.9 * base <= real.next() <= base
+# (How delays grow and are jittered is WIRE.md R28: tests/protocol/test_ownership.py.)
 
 
 def test_backoff_refuses_nonsense_limits():
