@@ -103,9 +103,7 @@ async def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], pa
     live = await asyncio.to_thread(_get_statefulset, name, namespace)
     current = (live or {}).get("spec", {}).get("replicas")
     want = int(spec["replicas"])
-    forget_pending = [
-        bid for bid in status.get("forgetPending") or [] if not await decommissioning.forget(admin, bid)
-    ]
+    forget_pending = [bid for bid in status.get("forgetPending") or [] if not await decommissioning.forget(admin, bid)]
     step = plan_scale_down(name, namespace, want, current)
     if step is None:
         replicas, scaling, retry = want, NOT_REQUESTED, None

@@ -72,9 +72,7 @@ async def test_data_without_a_cookie_is_refused(tmp_path: Path) -> None:
         await verify_cookie(directory, "b1")
 
 
-async def test_local_cookie_is_registered_when_metadata_lost_it(
-    tmp_path: Path, store: LmdbMetadataStore
-) -> None:
+async def test_local_cookie_is_registered_when_metadata_lost_it(tmp_path: Path, store: LmdbMetadataStore) -> None:
     local = await verify_cookie(tmp_path / "d", "b1")  # started once without a metadata store
     assert await verify_cookie(tmp_path / "d", "b1", store) == local
     assert await _registered(store, "b1") == local

@@ -45,9 +45,7 @@ def _ack_quorum_still_possible(fenced: set[int], e: int, qw: int, qa: int) -> bo
 
 
 @given(quorums(), st.data())
-def test_r17_coverage_means_no_write_set_keeps_an_ack_quorum(
-    q: tuple[int, int, int], data: st.DataObject
-) -> None:
+def test_r17_coverage_means_no_write_set_keeps_an_ack_quorum(q: tuple[int, int, int], data: st.DataObject) -> None:
     e, qw, qa = q
     fenced = data.draw(st.sets(st.integers(0, e - 1)))
     assert covers_ack_quorums(fenced, e, qw, qa) == (not _ack_quorum_still_possible(fenced, e, qw, qa))

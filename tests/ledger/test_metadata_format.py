@@ -29,8 +29,7 @@ def metadata(draw: st.DrawFn) -> LedgerMetadata:
     starts = sorted(draw(st.sets(st.integers(1, 10_000), max_size=4)))
     names = st.text(st.characters(codec="utf-8", exclude_characters="/"), min_size=1, max_size=8)
     fragments = tuple(
-        Fragment(first, tuple(draw(st.lists(names, min_size=e, max_size=e, unique=True))))
-        for first in [0, *starts]
+        Fragment(first, tuple(draw(st.lists(names, min_size=e, max_size=e, unique=True)))) for first in [0, *starts]
     )
     state = draw(st.sampled_from(LedgerState))
     return LedgerMetadata(

@@ -65,9 +65,7 @@ class Batch:
     def is_full(self, max_messages: int, max_bytes: int) -> bool:
         return self.count >= max_messages or self.nbytes >= max_bytes
 
-    def encode(
-        self, *, producer_name: str, compression: CompressionType, batched: bool
-    ) -> tuple[EntryMeta, bytes]:
+    def encode(self, *, producer_name: str, compression: CompressionType, batched: bool) -> tuple[EntryMeta, bytes]:
         """Seal: msgpack, compress and checksum the records once for the whole batch."""
         meta, payload = encode_batch(
             self.records,

@@ -43,12 +43,12 @@ log = logging.getLogger(__name__)
 _NO_PROPERTIES: dict[str, str] = {}
 
 
-
 def check_content(content: object) -> None:
     """Refuse message content that is not bytes at the call, as pulsar-client's bytes schema does
     (``TypeError``), rather than later on the client's loop thread."""
     if type(content) is not bytes and not isinstance(content, bytearray | memoryview):
         raise TypeError(f"message content must be bytes, not {type(content).__name__}")
+
 
 class ProducerConfig:
     """The options of ``create_producer``, validated once (names and defaults as Pulsar's)."""
