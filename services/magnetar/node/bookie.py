@@ -15,17 +15,17 @@ part-way stops what it had started and re-raises.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from magnetar.bookie.http import BookieHttpServer
 from magnetar.bookie.service import BookieService
 from magnetar.metadata.store import MetadataStore
 from magnetar.metadata.url import open_metadata_store
+from magnetar.node.lifecycle import Node
 from magnetar.node.listeners import binding
 
 
-class BookieNode:
+class BookieNode(Node):
     def __init__(
         self,
         data_dir: Path,
@@ -51,14 +51,6 @@ class BookieNode:
         self.store: MetadataStore | None = None
         self.service: BookieService | None = None
         self.http: BookieHttpServer | None = None
-
-    async def start(self) -> None:
-        try:
-            await self._start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self.stop()
-            raise
 
     async def _start(self) -> None:
         if self.metadata_url:

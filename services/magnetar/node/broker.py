@@ -13,8 +13,6 @@ that fails part-way stops what it had started and re-raises.
 
 from __future__ import annotations
 
-import contextlib
-
 from magnetar.bookie.resolver import MetadataBookieResolver
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.metrics import BrokerMetrics
@@ -23,10 +21,11 @@ from magnetar.broker.service import BrokerService
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.store import MetadataStore
 from magnetar.metadata.url import open_metadata_store
+from magnetar.node.lifecycle import Node
 from magnetar.node.listeners import BrokerListeners
 
 
-class BrokerNode:
+class BrokerNode(Node):
     def __init__(self, metadata_url: str, config: BrokerConfig, *, bundles: int = 4, cluster: str = "local") -> None:
         self.metadata_url = metadata_url
         self.config = config
@@ -36,14 +35,6 @@ class BrokerNode:
         self.resolver: MetadataBookieResolver | None = None
         self.broker: BrokerService | None = None
         self.listeners: BrokerListeners | None = None
-
-    async def start(self) -> None:
-        try:
-            await self._start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self.stop()
-            raise
 
     async def _start(self) -> None:
         self.store = await open_metadata_store(self.metadata_url)

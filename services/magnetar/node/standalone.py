@@ -14,7 +14,6 @@ listeners still answer. A start that fails part-way stops what it had started an
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from magnetar.broker.resources import ensure_default_namespace
 from magnetar.broker.service import BrokerService
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.lmdb_store import LmdbMetadataStore
+from magnetar.node.lifecycle import Node
 from magnetar.node.listeners import BrokerListeners, binding
 
 log = logging.getLogger(__name__)
@@ -44,21 +44,13 @@ class StandaloneConfig:
     bookie_port: int = 3181
 
 
-class Standalone:
+class Standalone(Node):
     def __init__(self, config: StandaloneConfig) -> None:
         self.config = config
         self.store: LmdbMetadataStore | None = None
         self.bookie: BookieService | None = None
         self.broker: BrokerService | None = None
         self.listeners: BrokerListeners | None = None
-
-    async def start(self) -> None:
-        try:
-            await self._start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self.stop()
-            raise
 
     async def _start(self) -> None:
         data = self.config.data_dir
