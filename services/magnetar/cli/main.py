@@ -25,7 +25,7 @@ def _run_until_signal(
 
     A port already taken ends it with one line naming the port and the flag (``flags``: listener
     → option) that chooses another, and exit code 1."""
-    from magnetar.node.listeners import PortInUse
+    from magnetar.node.ports import PortInUse
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -22,7 +22,7 @@ from magnetar.bookie.service import BookieService
 from magnetar.metadata.store import MetadataStore
 from magnetar.metadata.url import open_metadata_store
 from magnetar.node.lifecycle import Node
-from magnetar.node.listeners import binding
+from magnetar.node.ports import binding
 
 
 class BookieNode(Node):

@@ -1,4 +1,4 @@
-"""The broker's listeners, and the one error a bind failure becomes.
+"""The broker's listeners.
 
 ``BrokerListeners`` binds the client TCP server (one ``ServerConnection`` per client) and the
 admin HTTP server for a ``BrokerService``, then tells the service its bound ports. It is started
@@ -6,41 +6,18 @@ before the service (a cluster broker registers its URLs) and stopped after the s
 unload, which needs both listeners open: clients told to look their topics up again may still
 ask this broker, and admin requests are still answered (and forwarded) meanwhile.
 
-``PortInUse`` is raised instead of the ``OSError`` when a port is taken, naming the port and the
-listener, so the command line can say so in one line.
+A taken port raises ``ports.PortInUse`` (naming the port and the listener) instead of the
+``OSError``, so the command line can say so in one line.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
-from collections.abc import Iterator
 
 from magnetar.broker.admin import AdminServer
 from magnetar.broker.connection import ServerConnection
 from magnetar.broker.service import BrokerService
-
-
-class PortInUse(Exception):
-    """``port`` is already bound by another process; ``listener`` says which of ours wanted it
-    (``service``, ``admin``, ``bookie`` or ``http``)."""
-
-    def __init__(self, port: int, listener: str) -> None:
-        super().__init__(f"port {port} is already in use ({listener} port)")
-        self.port = port
-        self.listener = listener
-
-
-@contextlib.contextmanager
-def binding(port: int, listener: str) -> Iterator[None]:
-    """Turn an ``EADDRINUSE`` from binding ``port`` inside the block into ``PortInUse``."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            raise PortInUse(port, listener) from exc
-        raise
+from magnetar.node.ports import binding
 
 
 class BrokerListeners:

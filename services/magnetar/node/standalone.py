@@ -30,7 +30,8 @@ from magnetar.broker.service import BrokerService
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.lmdb_store import LmdbMetadataStore
 from magnetar.node.lifecycle import Node
-from magnetar.node.listeners import BrokerListeners, binding
+from magnetar.node.listeners import BrokerListeners
+from magnetar.node.ports import binding
 
 log = logging.getLogger(__name__)
 
