@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import urllib.error
 import urllib.request
-from typing import Any
 
 import pytest
 from tests.support.standalone import StandaloneProcess
+from tests.support.standalone import admin_call as call
 
 import magnetar
 from magnetar.cli.admin import main as admin_main
-
-
-def call(sa: StandaloneProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        sa.admin_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw.strip() else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
 
 
 def test_defaults_exist(standalone: StandaloneProcess) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.support.standalone import StandaloneProcess
+from tests.support.standalone import admin_call as standalone_admin_call
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts" / "k8s"
@@ -125,21 +126,9 @@ def binaries_missing() -> list[str]:
 
 # ----------------------------------------------------------------------------- broker
 def admin_call(sa: StandaloneProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    """The broker's admin REST API, called directly (independent of the operator's client)."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        sa.admin_url + "/admin/v2/" + path,
-        data=data,
-        method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw.strip() else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw.strip() else None
+    """The broker's admin REST API under ``/admin/v2/``, called directly (independent of the
+    operator's client)."""
+    return standalone_admin_call(sa, method, "/admin/v2/" + path, body)
 
 
 # ----------------------------------------------------------------------------- operator

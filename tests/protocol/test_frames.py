@@ -198,10 +198,10 @@ def test_r5_any_bytes_into_the_decoder_raise_only_protocol_errors(
 
 def test_r6_truncated_frame_is_discarded(standalone: StandaloneProcess, topic: str) -> None:
     body = msgpack.packb({"t": "connect", "rid": 1}, use_bin_type=True)
-    with socket.create_connection(_address(standalone)) as sock:
-        sock.sendall(struct.pack(">I", len(body) + 100) + body)  # promises more than it sends
-        sock.shutdown(socket.SHUT_WR)
-        frames = _frames_until_close(sock)
+    with Wire(standalone.service_url) as wire:
+        wire.send_bytes(struct.pack(">I", len(body) + 100) + body)  # promises more than it sends
+        wire.sock.shutdown(socket.SHUT_WR)
+        frames = wire.until_closed()
     assert frames == []  # nothing was executed
     _round_trip_still_works(standalone, topic)
 
@@ -216,23 +216,6 @@ def test_r6_nothing_of_a_truncated_send_is_stored(standalone: StandaloneProcess,
         assert wire.until_closed() == []
     after = stats(standalone, topic)
     assert after["msgInCounter"] == 0 and after["storageSize"] == 0
-
-
-def _address(sa: StandaloneProcess) -> tuple[str, int]:
-    host, port = sa.service_url.removeprefix("magnetar://").rsplit(":", 1)
-    return host, int(port)
-
-
-def _frames_until_close(sock: socket.socket) -> list[Any]:
-    """Read until the server closes the connection; return every frame it sent."""
-    sock.settimeout(15)
-    decoder = FrameDecoder()
-    frames: list[Any] = []
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return frames
-        frames.extend(decoder.feed(chunk))
 
 
 # ---------------------------------------------------------------------------------------------- R7

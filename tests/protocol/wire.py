@@ -8,13 +8,11 @@ block on the socket with a timeout (an event, never a sleep).
 from __future__ import annotations
 
 import itertools
-import json
 import socket
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from tests.support.standalone import StandaloneProcess
+from tests.support.standalone import StandaloneProcess, admin_call
 
 from magnetar.protocol import commands as c
 from magnetar.protocol.batch import encode_batch, make_record
@@ -129,17 +127,14 @@ def next_message(wire: Wire, consumer_id: int) -> Any:
 
 
 def stats(sa: StandaloneProcess, topic: str) -> dict[str, Any]:
-    path = topic.removeprefix("persistent://")
-    with urllib.request.urlopen(f"{sa.admin_url}/admin/v2/persistent/{path}/stats") as resp:
-        result: dict[str, Any] = json.loads(resp.read())
-        return result
+    status, body = admin_call(sa, "GET", f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/stats")
+    assert status == 200, f"stats of {topic}: {status} {body}"
+    result: dict[str, Any] = body
+    return result
 
 
 def admin(sa: StandaloneProcess, method: str, path: str, body: Any = None) -> int:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        f"{sa.admin_url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req) as resp:
-        status: int = resp.status
-        return status
+    """The status of a successful admin call; an error status fails the test."""
+    status, reply = admin_call(sa, method, path, body)
+    assert status < 400, f"{method} {path}: {status} {reply}"
+    return status

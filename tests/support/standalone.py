@@ -9,15 +9,19 @@ directory.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.support.process import ProcessControl
 
@@ -94,3 +98,19 @@ def run_standalone(tmp_path: Path, *extra_args: str) -> Iterator[StandaloneProce
         yield sa
     finally:
         sa.stop()
+
+
+def admin_call(sa: StandaloneProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """Call the standalone's admin REST API directly (``path`` from ``/admin/...``): the status and
+    the decoded JSON body (None when empty), for errors too."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        sa.admin_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw.strip() else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw.strip() else None
