@@ -120,6 +120,15 @@ def test_topic_stats_report_backlog_and_consumers(standalone: StandaloneProcess,
         client.close()
 
 
+def test_lookup_names_the_serving_broker(standalone: StandaloneProcess, topic: str) -> None:
+    """Pulsar's HTTP lookup: a standalone broker answers with its own service and admin URLs."""
+    path = topic.removeprefix("persistent://")
+    status, body = call(standalone, "GET", f"/lookup/v2/topic/persistent/{path}")
+    assert status == 200
+    assert body["brokerUrl"] == standalone.service_url
+    assert body["httpUrl"].rstrip("/") == standalone.admin_url.rstrip("/")
+
+
 def test_admin_cli(standalone: StandaloneProcess, capsys: pytest.CaptureFixture[str]) -> None:
     url = ["--admin-url", standalone.admin_url]
     assert admin_main([*url, "tenants", "create", "cli-t"]) == 0

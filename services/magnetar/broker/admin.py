@@ -99,6 +99,7 @@ class AdminServer:
         r = self.app.router
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/ready", self.ready)
+        r.add_get("/lookup/v2/topic/persistent/{tenant}/{ns}/{topic}", self.lookup_topic)
         r.add_get("/metrics", self.metrics)
         add_bookie_routes(self.app, self.service)  # /admin/v2/bookies...: broker/admin_bookies.py
         r.add_get("/admin/v2/tenants", self.list_tenants)
@@ -252,6 +253,24 @@ class AdminServer:
             elif resp.status == 409:
                 exc = Conflict(reason)
             raise exc
+
+    # ------------------------------------------------------------------ lookup
+    async def lookup_topic(self, request: web.Request) -> web.StreamResponse:
+        """Pulsar's HTTP lookup (``pulsar-admin topics lookup``): the broker that owns the topic.
+
+        Like the binary lookup it assigns an unowned bundle; a broker that is not the one to own it
+        asks the chosen broker over HTTP, so the answer is always the owner itself."""
+        name = self._topic(request)
+        own = self.service.ownership
+        if own is None:  # standalone: this broker serves everything
+            broker_url, web_url = self.service.broker_url, self.service.web_url
+        else:
+            info, redirect = await own.lookup(name)
+            if redirect:
+                async with aiohttp.ClientSession() as session, session.get(info.web_url + request.path) as resp:
+                    return web.Response(status=resp.status, body=await resp.read(), content_type="application/json")
+            broker_url, web_url = info.broker_url, info.web_url
+        return web.json_response({"brokerUrl": broker_url, "nativeUrl": broker_url, "httpUrl": web_url})
 
     # ------------------------------------------------------------------ topics
     def _topic(self, request: web.Request) -> TopicName:

@@ -138,6 +138,8 @@ def run(args: argparse.Namespace) -> Any:
             return request(url, "DELETE", path + "/partitions" + force)
         if a == "stats":
             return request(url, "GET", path + "/stats")
+        if a == "lookup":
+            return request(url, "GET", f"/lookup/v2/topic/persistent/{_topic_path(args.name)}")
         if a == "partitioned-stats":
             return request(url, "GET", path + "/partitioned-stats")
     raise SystemExit(f"unknown command {g} {a}")
@@ -190,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         "create",
         "delete",
         "stats",
+        "lookup",
         "partitioned-stats",
         "get-partitioned-topic-metadata",
         "delete-partitioned-topic",
