@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from typing import Any
 
 from magnetar.client import aio
@@ -78,17 +79,22 @@ def run_consume(args: argparse.Namespace) -> int:
         return 130
 
 
+#: In a pod, the chart's NOTES (and a Job's env) set MAGNETAR_SERVICE_URL to the broker Service.
+SERVICE_URL = os.environ.get("MAGNETAR_SERVICE_URL") or aio.DEFAULT_SERVICE_URL
+URL_HELP = "service URL, magnetar://host:port (env MAGNETAR_SERVICE_URL)"
+
+
 def add_client_commands(subparsers: Any) -> None:
     """Register ``produce`` and ``consume`` on the ``magnetar`` command's subparsers."""
     prod = subparsers.add_parser("produce", help="publish messages to a topic")
     prod.add_argument("topic")
-    prod.add_argument("-m", "--message", required=True, help="message text ('{i}' becomes the message number)")
+    prod.add_argument("-m", "--message", default="message-{i}", help="message text ('{i}' becomes the message number)")
     prod.add_argument("-n", "--num-messages", type=int, default=1)
     prod.add_argument("-k", "--key", help="partition key")
     prod.add_argument("-p", "--property", action="append", metavar="K=V", help="message property (repeatable)")
     prod.add_argument("--no-batching", action="store_true")
     prod.add_argument("-v", "--verbose", action="store_true", help="print every message id")
-    prod.add_argument("--url", default=aio.DEFAULT_SERVICE_URL, help="service URL (magnetar://host:port)")
+    prod.add_argument("--url", default=SERVICE_URL, help=URL_HELP)
     prod.set_defaults(func=run_produce)
 
     cons = subparsers.add_parser("consume", help="receive, print and acknowledge messages")
@@ -98,5 +104,5 @@ def add_client_commands(subparsers: Any) -> None:
     cons.add_argument("--type", choices=[t.value for t in ConsumerType], default="Exclusive")
     cons.add_argument("--initial-position", choices=["Latest", "Earliest"], default="Earliest")
     cons.add_argument("--timeout", type=float, default=0, help="give up after SECONDS without a message")
-    cons.add_argument("--url", default=aio.DEFAULT_SERVICE_URL, help="service URL (magnetar://host:port)")
+    cons.add_argument("--url", default=SERVICE_URL, help=URL_HELP)
     cons.set_defaults(func=run_consume)
