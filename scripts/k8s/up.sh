@@ -11,6 +11,12 @@ mkdir -p $R/{pki,logs,pid,ctd/root,ctd/state,ctd/opt,cni,kubelet/volume-plugins,
 cd $R
 t0=$(date +%s%N); lap(){ local ms=$(( ($(date +%s%N) - t0) / 1000000 )); echo "[$((ms / 1000)).$((ms % 1000 / 100))s] $*"; }
 bg(){ local name=$1; shift; nohup setsid "$@" > logs/$name.log 2>&1 & echo $! > pid/$name; }
+# A wait that fails the script (and says what it waited for) instead of falling through.
+wait_until(){ local limit=$1 what=$2; shift 2; local end=$(( $(date +%s) + limit ))
+  until "$@"; do (( $(date +%s) < end )) || { echo "up: gave up after ${limit}s waiting for $what" >&2; exit 1; }; sleep 0.25; done; }
+# A node left in $R would answer for the new one (its etcd, its Ready status): refuse to reuse it.
+for p in pid/*; do [ -f "$p" ] && kill -0 "$(cat "$p")" 2>/dev/null && { echo "up: $R already runs a node ($p); run down.sh first" >&2; exit 1; }; done
+if [ -d etcd/member ] && [ "${REUSE:-0}" != 1 ]; then echo "up: $R holds an old node's state; run down.sh with CLEAN=1 (or set REUSE=1)" >&2; exit 1; fi
 # kubelet/kube-proxy/CNI change these sysctls; down.sh restores them
 [ -f sysctl.orig ] || for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops net.ipv4.ip_forward net.ipv4.conf.all.route_localnet; do echo "$k=$(sysctl -n $k)"; done > sysctl.orig
 # --- PKI + tokens
@@ -42,7 +48,7 @@ cat > cni/10-e2e.conflist <<J
  {"type":"portmap","capabilities":{"portMappings":true}}]}
 J
 bg containerd containerd --config $R/ctd/config.toml
-for i in $(seq 100); do [ -S ctd/containerd.sock ] && break; sleep 0.1; done
+wait_until 20 "containerd's socket (logs/containerd.log)" test -S ctd/containerd.sock
 lap containerd
 # --- images (OCI archives exported by podman)
 for a in ${IMAGES:-}; do ctr -a ctd/containerd.sock -n k8s.io images import --base-name "${a%%=*}" "${a#*=}" >/dev/null; done
@@ -55,7 +61,7 @@ bg apiserver $BIN/kube-apiserver --etcd-servers=http://127.0.0.1:$ETCD_PORT --bi
   --service-account-key-file=pki/sa.pub --service-account-signing-key-file=pki/sa.key --service-account-issuer=https://kubernetes.default.svc \
   --token-auth-file=tokens.csv --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
   --service-cluster-ip-range=$SVCNET.0.0/16 --allow-privileged=true --cert-dir=$R/pki
-for i in $(seq 240); do curl -sk -m 1 https://127.0.0.1:$API_PORT/readyz 2>/dev/null | grep -q '^ok' && break; sleep 0.25; done
+wait_until 60 "the API server to be ready (logs/apiserver.log)" sh -c "curl -sk -m 1 https://127.0.0.1:$API_PORT/readyz 2>/dev/null | grep -q '^ok'"
 lap apiserver ready
 bg kcm $BIN/kube-controller-manager --kubeconfig=kcm.kubeconfig --authentication-kubeconfig=kcm.kubeconfig --authorization-kubeconfig=kcm.kubeconfig \
   --bind-address=127.0.0.1 --secure-port=0 --port=0 --service-account-private-key-file=pki/sa.key --root-ca-file=pki/ca.crt \
@@ -86,6 +92,6 @@ bg kubelet $BIN/kubelet --kubeconfig=$R/node.kubeconfig --container-runtime=remo
   --fail-swap-on=false --hostname-override=$(hostname) --address=127.0.0.1 --read-only-port=0 --healthz-port=0 --image-gc-high-threshold=100 \
   --eviction-hard='nodefs.available<1%,imagefs.available<1%,memory.available<100Mi' --cluster-dns=$PODNET.1 --cluster-domain=cluster.local
 K="$BIN/kubectl --kubeconfig=$R/admin.kubeconfig"
-for i in $(seq 240); do $K get node $(hostname) -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -q True && break; sleep 0.5; done
+wait_until 120 "node $(hostname) to be Ready (logs/kubelet.log)" sh -c "$K get node $(hostname) -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' 2>/dev/null | grep -q True"
 lap node Ready
 lap "done (kubeconfig: $R/admin.kubeconfig)"
