@@ -7,9 +7,14 @@ Why these shapes (DESIGN.md section 6):
   advertise in the metadata store;
 - `podManagementPolicy: Parallel`: bookies do not depend on each other to start, and a whole
   ensemble coming back after an outage should not wait for bookie 0;
-- RollingUpdate one pod at a time, and a PodDisruptionBudget of one unavailable, so that neither
-  a rollout nor a node drain takes two replicas of the same ledger fragment away at once;
-- a config checksum on the pod template, so that a config change rolls the pods.
+- `updateStrategy: OnDelete`: the StatefulSet controller never restarts a bookie by itself; the
+  operator deletes one pod at a time, gated on every bookie being Ready and no ledger being
+  under-replicated (rolling.py) — a readiness probe cannot say the latter;
+- a PodDisruptionBudget of one unavailable, so that a node drain never takes two replicas of the
+  same ledger fragment away at once either;
+- a config checksum on the pod template, so that a config change rolls the pods;
+- the pod securityContext from `spec.podSecurityContext` (or the operator's default): the image
+  runs as a non-root user, and `fsGroup` makes the data volume writable for it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ def bookie_labels(name: str) -> dict[str, str]:
 
 def config_name(name: str) -> str:
     return f"{name}-config"
+
+
+def delete_claim(spec: Mapping[str, Any]) -> bool:
+    """spec.storage.deleteClaim: whether a drained bookie's volume claim goes with it (default yes)."""
+    return bool((spec.get("storage") or {}).get("deleteClaim", True))
 
 
 def render_bookie_config(spec: Mapping[str, Any], name: str, namespace: str) -> str:
@@ -85,8 +95,10 @@ def build_bookie_statefulset(
     owner: Mapping[str, Any] | None = None,
     replicas: int | None = None,
     config_checksum: str | None = None,
+    default_security_context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The bookie StatefulSet. `replicas` overrides spec.replicas (used to refuse scale-down)."""
+    """The bookie StatefulSet. `replicas` overrides spec.replicas (used to refuse scale-down);
+    `default_security_context` is the pods' securityContext when spec.podSecurityContext is unset."""
     storage = spec["storage"]
     checksum = config_checksum or manifests.checksum(render_bookie_config(spec, name, namespace))
     container: dict[str, Any] = {
@@ -118,6 +130,9 @@ def build_bookie_statefulset(
         "containers": [container],
         "volumes": [{"name": "config", "configMap": {"name": config_name(name)}}],
     }
+    security = spec.get("podSecurityContext") or default_security_context
+    if security:
+        pod_spec["securityContext"] = dict(security)
     affinity = manifests.anti_affinity(spec.get("antiAffinity", "preferred"), selector(name))
     if affinity:
         pod_spec["affinity"] = affinity
@@ -138,7 +153,7 @@ def build_bookie_statefulset(
             "replicas": spec["replicas"] if replicas is None else replicas,
             "serviceName": name,
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector(name)},
             "template": {
                 "metadata": {
@@ -168,6 +183,7 @@ def build_bookie_children(
     pdb_api_version: str,
     owner: Mapping[str, Any] | None = None,
     replicas: int | None = None,
+    default_security_context: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """All children in the order they should be applied (config before the pods that mount it)."""
     configmap = build_bookie_configmap(spec, name, namespace, owner)
@@ -175,6 +191,14 @@ def build_bookie_children(
     return [
         configmap,
         build_bookie_service(name, namespace, owner),
-        build_bookie_statefulset(spec, name, namespace, owner=owner, replicas=replicas, config_checksum=digest),
+        build_bookie_statefulset(
+            spec,
+            name,
+            namespace,
+            owner=owner,
+            replicas=replicas,
+            config_checksum=digest,
+            default_security_context=default_security_context,
+        ),
         build_bookie_pdb(name, namespace, api_version=pdb_api_version, owner=owner),
     ]

@@ -5,9 +5,19 @@ redirects), a client Service (`<name>:6650` binary protocol, `<name>:8080` admin
 operator's default MAGNETAR_ADMIN_URL points at it), a StatefulSet and a PodDisruptionBudget.
 
 Brokers keep no data, but a StatefulSet still fits: each broker advertises a stable name that
-clients are redirected to, and RollingUpdate with a readiness probe restarts one broker at a time,
-waiting for the previous one to serve again. The readiness probe is `/ready`, which the broker
-answers only once it serves, and the liveness probe is the admin health check.
+clients are redirected to. The readiness probe is `/ready`, which the broker answers only once it
+serves, and the liveness probe is the admin health check.
+
+Why brokers keep the StatefulSet's own RollingUpdate while bookies are rolled by the operator
+(rolling.py): Kubernetes' roll already is the right one for brokers. It restarts one pod at a time,
+highest ordinal first, and waits for the restarted pod to be Ready before the next — and Ready is
+all a broker's health amounts to, since it holds no data another broker might still need. What
+makes a broker restart gentle happens inside the broker: on SIGTERM (`magnetar broker` stops on
+SIGINT/SIGTERM; tini, the images' PID 1, forwards it) it stops answering `/ready`, leaves the live
+set, unloads its topics (sealing their ledgers) and releases its bundles while its listeners still
+redirect clients, so the other brokers take the topics over and clients look up again. That must
+fit in terminationGracePeriodSeconds (60 s) before the kubelet's SIGKILL. A bookie's health, by
+contrast, is a cluster-wide fact (no ledger under-replicated) that no readiness probe can express.
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ class BrokerSet:
     image_pull_policy: str = "IfNotPresent"
     #: The tenant this set alone serves; None for the shared pool.
     isolated_tenant: str | None = None
+    #: The pods' securityContext (runAsUser, fsGroup, ...); empty: the image's defaults.
+    pod_security_context: Mapping[str, Any] = field(default_factory=dict)
 
 
 def selector(name: str) -> dict[str, str]:
@@ -140,6 +152,8 @@ def build_broker_statefulset(
         "volumes": [{"name": "config", "configMap": {"name": f"{bs.name}-config"}}],
         "affinity": manifests.anti_affinity("preferred", selector(bs.name)),
     }
+    if bs.pod_security_context:
+        pod_spec["securityContext"] = dict(bs.pod_security_context)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",

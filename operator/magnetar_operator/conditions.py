@@ -17,6 +17,8 @@ from typing import Any
 READY = "Ready"
 POLICIES = "PoliciesApplied"
 SCALING = "ScaleDownAllowed"
+#: True when every bookie pod runs the StatefulSet's latest template (rolling.py).
+ROLLING = "PodsUpToDate"
 
 
 def now() -> str:

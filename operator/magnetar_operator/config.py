@@ -80,6 +80,11 @@ class Settings:
     broker_config: dict[str, Any] = field(default_factory=dict)
     broker_resources: dict[str, Any] = field(default_factory=dict)
     image_pull_policy: str = "IfNotPresent"
+    #: The operator's own Deployment (in the pool's namespace): when set, the shared pool's children
+    #: carry an owner reference to it, so deleting the operator (`helm uninstall`) removes the pool.
+    operator_deployment: str = ""
+    #: The pod securityContext of broker pods, and of bookie pods whose BookieEnsemble sets none.
+    pod_security_context: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -98,6 +103,8 @@ class Settings:
             broker_config=_json_dict("MAGNETAR_BROKER_CONFIG"),
             broker_resources=_json_dict("MAGNETAR_BROKER_RESOURCES"),
             image_pull_policy=os.environ.get("MAGNETAR_IMAGE_PULL_POLICY", "IfNotPresent"),
+            operator_deployment=os.environ.get("MAGNETAR_OPERATOR_DEPLOYMENT", ""),
+            pod_security_context=_json_dict("MAGNETAR_POD_SECURITY_CONTEXT"),
         )
 
 

@@ -58,6 +58,11 @@ def mutable_part(desired: Mapping[str, Any]) -> dict[str, Any]:
     elif kind in _MUTABLE_SPEC:
         spec = desired.get("spec", {})
         patch["spec"] = {k: spec[k] for k in _MUTABLE_SPEC[kind] if k in spec}
+        strategy = patch["spec"].get("updateStrategy")
+        if kind == "StatefulSet" and strategy is not None and strategy.get("type") == "OnDelete":
+            # A StatefulSet made before bookies were rolled by the operator has
+            # rollingUpdate: {partition: 0}, which OnDelete forbids: the merge patch removes it.
+            patch["spec"]["updateStrategy"] = {**strategy, "rollingUpdate": None}
     return patch
 
 
@@ -119,6 +124,21 @@ class Kube:
             return "unchanged"
         resource.patch(body=patch, name=name, namespace=namespace, content_type="application/merge-patch+json")
         return "updated"
+
+    def select(self, api_version: str, kind: str, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The objects of one kind in `namespace` whose labels include all of `selector`."""
+        label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        found = self._resource(api_version, kind).get(namespace=namespace, label_selector=label_selector)
+        return [dict(item) for item in found.to_dict().get("items") or []]
+
+    def delete_pod(self, name: str, namespace: str, uid: str) -> bool:
+        """Delete the pod `name` only if it still is the one with `uid` (not a successor of the same
+        name); False when it is gone or was replaced. The pod keeps its grace period."""
+        try:
+            self._resource("v1", "Pod").delete(name=name, namespace=namespace, body={"preconditions": {"uid": uid}})
+        except (NotFoundError, ConflictError):
+            return False
+        return True
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str) -> bool:
         """Delete with background propagation; False when it was already gone."""

@@ -31,11 +31,15 @@ def labels(component: str, instance: str, **extra: str) -> dict[str, str]:
     return out
 
 
-def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
-    """A controller reference to `owner`, so the garbage collector deletes children with it.
+def owner_reference(owner: Mapping[str, Any], *, controller: bool = True) -> dict[str, Any]:
+    """A reference to `owner`, so the garbage collector deletes children with it.
 
     We build it ourselves rather than calling kopf.adopt(), which would also copy the owner's
-    labels onto the children — surprising for users who label their custom resources.
+    labels onto the children — surprising for users who label their custom resources. A
+    controller reference (the default: our custom resources control their children) also blocks
+    the owner's foreground deletion until the children are gone; a plain one (`controller=False`,
+    the operator's Deployment owning the broker pool) only ties their lifetimes together, and
+    needs no permission on the owner's finalizers.
     """
     meta = owner["metadata"]
     return {
@@ -43,8 +47,8 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
         "kind": owner["kind"],
         "name": meta["name"],
         "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
+        "controller": controller,
+        "blockOwnerDeletion": controller,
     }
 
 

@@ -53,6 +53,7 @@ def isolated_set(spec: Mapping[str, Any], meta: Mapping[str, Any]) -> BrokerSet 
         resources=brokers.get("resources") or {},
         image_pull_policy=SETTINGS.image_pull_policy,
         isolated_tenant=tenant_name(spec, meta),
+        pod_security_context=SETTINGS.pod_security_context,
     )
 
 

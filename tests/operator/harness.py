@@ -39,12 +39,13 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0, ev
     last: Any = None
     while True:
         try:
-            last = probe()
+            value = probe()
         except Exception as exc:  # the API may be briefly unavailable; keep polling until the deadline
             last = exc
         else:
-            if last:
-                return last
+            if value:
+                return value
+            last = value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
         time.sleep(every)
@@ -116,6 +117,11 @@ class ControlPlane:
         return list(json.loads(out)["items"])
 
 
+def gone(cp: ControlPlane, kind: str, name: str, namespace: str) -> bool:
+    """Whether the object is absent (a probe for `wait_for`, e.g. after garbage collection)."""
+    return cp.get(kind, name, namespace) is None
+
+
 def binaries_missing() -> list[str]:
     wanted = [BIN / "kube-apiserver", BIN / "kube-controller-manager", BIN / "kubectl"]
     missing = [str(p) for p in wanted if not os.access(p, os.X_OK)]
@@ -140,6 +146,8 @@ class OperatorProcess:
     admin_url: str
     log_path: Path
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: Watch only these namespaces (a second operator beside the session's); empty: all of them.
+    namespaces: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -162,12 +170,13 @@ class OperatorProcess:
         log.write(f"\n===== operator start #{self.starts} =====\n".encode())
         log.flush()
         liveness = f"--liveness=http://127.0.0.1:{port}/healthz"
+        scope = [f"--namespace={n}" for n in self.namespaces]
         if console_script:
             script = Path(sys.executable).with_name("magnetar-operator")
-            command = [str(script) if script.exists() else "magnetar-operator", liveness]
+            command = [str(script) if script.exists() else "magnetar-operator", *scope, liveness]
         else:
             kopf_run = [sys.executable, "-m", "kopf", "run", "-m", "magnetar_operator"]
-            command = [*kopf_run, "--all-namespaces", "--standalone", liveness]
+            command = [*kopf_run, *(scope or ["--all-namespaces"]), "--standalone", liveness]
         self.proc = subprocess.Popen(
             command,
             stdout=log,

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from magnetar_operator import bookies, brokers, manifests
+from magnetar_operator import bookies, broker_pool, brokers, manifests
+from magnetar_operator.config import Settings
 from magnetar_operator.kube import contains, mutable_part
 
 OWNER = {
@@ -166,3 +167,86 @@ def test_live_objects_with_server_defaults_still_contain_the_desired_state() -> 
 def test_mutable_part_leaves_immutable_fields_out() -> None:
     patch = mutable_part(children()["StatefulSet"])
     assert set(patch["spec"]) == {"replicas", "template", "updateStrategy"}
+
+
+def test_bookies_are_restarted_by_the_operator_not_the_statefulset_controller() -> None:
+    assert children()["StatefulSet"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_switching_a_live_statefulset_to_on_delete_drops_its_rolling_update_settings() -> None:
+    """A StatefulSet made by an older operator has rollingUpdate.partition, which OnDelete forbids."""
+    sts = children()["StatefulSet"]
+    patch = mutable_part(sts)
+    assert patch["spec"]["updateStrategy"] == {"type": "OnDelete", "rollingUpdate": None}
+    old = {
+        **sts,
+        "spec": {**sts["spec"], "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}},
+    }
+    assert not contains(patch, old)
+    assert contains(patch, sts)  # once switched, the live object (no rollingUpdate) matches: no more writes
+    broker = brokers.build_broker_statefulset(brokers.BrokerSet(name="b", namespace="n", replicas=1, image="i"))
+    assert mutable_part(broker)["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+
+
+SECURITY = {"runAsUser": 10000, "runAsGroup": 10000, "fsGroup": 10000, "runAsNonRoot": True}
+
+
+def test_bookie_pods_get_the_spec_security_context_or_the_operator_default() -> None:
+    def pod_spec(spec: dict[str, Any], default: dict[str, Any] | None = None) -> dict[str, Any]:
+        kids = children(spec, default_security_context=default)
+        return dict(kids["StatefulSet"]["spec"]["template"]["spec"])
+
+    assert "securityContext" not in pod_spec(SPEC)
+    assert pod_spec(SPEC, SECURITY)["securityContext"] == SECURITY
+    own = {"runAsUser": 2000, "fsGroup": 2000, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod_spec(dict(SPEC, podSecurityContext=own), SECURITY)["securityContext"] == own
+
+
+def test_a_drained_bookie_loses_its_claim_unless_told_to_keep_it() -> None:
+    assert bookies.delete_claim(SPEC) is True
+    assert bookies.delete_claim(dict(SPEC, storage={"size": "1Gi", "deleteClaim": True})) is True
+    assert bookies.delete_claim(dict(SPEC, storage={"size": "1Gi", "deleteClaim": False})) is False
+
+
+def test_broker_pods_get_the_security_context() -> None:
+    bs = brokers.BrokerSet(name="b", namespace="n", replicas=1, image="i", pod_security_context=SECURITY)
+    assert brokers.build_broker_statefulset(bs)["spec"]["template"]["spec"]["securityContext"] == SECURITY
+    plain = brokers.BrokerSet(name="b", namespace="n", replicas=1, image="i")
+    assert "securityContext" not in brokers.build_broker_statefulset(plain)["spec"]["template"]["spec"]
+
+
+def test_the_pool_is_owned_by_the_operator_deployment_when_named() -> None:
+    settings = Settings(broker_namespace="mg", admin_url="http://x", pod_security_context=SECURITY)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "magnetar-operator", "namespace": "mg", "uid": "dep-uid"},
+    }
+    kids = broker_pool.pool_children(settings, pdb_api_version="policy/v1", owner=deployment)
+    assert {c["kind"] for c in kids} == {"ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget"}
+    for child in kids:
+        assert child["metadata"]["ownerReferences"] == [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": "magnetar-operator",
+                "uid": "dep-uid",
+                "controller": False,
+                "blockOwnerDeletion": False,
+            }
+        ]
+    sts = next(c for c in kids if c["kind"] == "StatefulSet")
+    assert sts["spec"]["template"]["spec"]["securityContext"] == SECURITY
+    unowned = broker_pool.pool_children(settings, pdb_api_version="policy/v1", owner=None)
+    assert all("ownerReferences" not in c["metadata"] for c in unowned)
+
+
+def test_settings_read_the_operator_deployment_and_security_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAGNETAR_OPERATOR_DEPLOYMENT", "magnetar-operator")
+    monkeypatch.setenv("MAGNETAR_POD_SECURITY_CONTEXT", '{"runAsUser": 10000, "fsGroup": 10000}')
+    settings = Settings.from_env()
+    assert settings.operator_deployment == "magnetar-operator"
+    assert settings.pod_security_context == {"runAsUser": 10000, "fsGroup": 10000}
+    monkeypatch.setenv("MAGNETAR_POD_SECURITY_CONTEXT", "[1]")
+    with pytest.raises(ValueError, match="MAGNETAR_POD_SECURITY_CONTEXT must hold a JSON object"):
+        Settings.from_env()

@@ -59,3 +59,20 @@ def test_namespace_schema_covers_the_pulsar_policies() -> None:
     assert spec["properties"]["lifecyclePolicy"]["enum"] == ["CleanUpAfterDeletion", "KeepAfterDeletion"]
     quota = spec["properties"]["backlogQuota"]["properties"]
     assert quota["policy"]["enum"] == ["producer_request_hold", "producer_exception", "consumer_backlog_eviction"]
+
+
+def test_bookie_ensemble_schema_has_the_claim_policy_security_context_and_roll_status() -> None:
+    (version,) = crds()["BookieEnsemble"]["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    spec = schema["spec"]["properties"]
+    assert spec["storage"]["properties"]["deleteClaim"]["type"] == "boolean"
+    assert spec["podSecurityContext"] == {
+        "description": spec["podSecurityContext"]["description"],
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    status = schema["status"]["properties"]
+    assert {"updatedReplicas", "currentRevision", "updateRevision"} <= set(status)
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Rollout"] == '.status.conditions[?(@.type=="PodsUpToDate")].reason'
+    assert columns["Updated"] == ".status.updatedReplicas"

@@ -7,10 +7,11 @@ PodDisruptionBudget, ConfigMap), their owner references and the garbage collecto
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
-from tests.operator.harness import INTERVAL, POOL_NAMESPACE, ControlPlane, OperatorProcess, condition, wait_for
+from tests.operator.harness import INTERVAL, POOL_NAMESPACE, ControlPlane, OperatorProcess, condition, gone, wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -118,10 +119,8 @@ def test_scale_down_drains_each_bookie_before_its_pod_and_volume_go(
     reasons = [e["reason"] for e in crds.events(ns, "bk")]
     assert reasons.count("BookieDecommissioned") == 2
     for ordinal in (1, 2):
-        wait_for(
-            f"the claim of bk-{ordinal} to go",
-            lambda o=ordinal: crds.get("persistentvolumeclaim", f"data-bk-{o}", ns) is None,
-        )
+        claim = f"data-bk-{ordinal}"
+        wait_for(f"the claim {claim} to go", partial(gone, crds, "persistentvolumeclaim", claim, ns))
     # The removed bookies never ran here, so their identities are forgotten straight away.
     wait_for(
         "no identities left to forget",
@@ -130,10 +129,27 @@ def test_scale_down_drains_each_bookie_before_its_pod_and_volume_go(
     # A later pass (forced by an image change) keeps reporting the scale-down but removes nothing.
     apply(crds, ns, "bk", dict(SPEC, replicas=1, image="localhost/magnetar-bookie:4"))
     sts_where(crds, ns, "bk", lambda s: container(s)["image"].endswith(":4"), "a later pass (image :4)")
-    obj = crds.get("bookieensembles.magnetar.dev", "bk", ns)
-    assert obj is not None and condition(obj, "ScaleDownAllowed")["reason"] == "Decommissioned"
+    later = crds.get("bookieensembles.magnetar.dev", "bk", ns)
+    assert later is not None and condition(later, "ScaleDownAllowed")["reason"] == "Decommissioned"
     assert crds.get("persistentvolumeclaim", "data-bk-0", ns) is not None
     assert [e["reason"] for e in crds.events(ns, "bk")].count("BookieDecommissioned") == 2
+
+
+def test_scale_down_keeps_the_claim_when_told_to(operator: OperatorProcess, crds: ControlPlane, ns: str) -> None:
+    """storage.deleteClaim: false: the drained bookie's pod goes, its volume claim stays."""
+    spec = dict(SPEC, replicas=2, storage={"size": "1Gi", "deleteClaim": False})
+    apply(crds, ns, "bk", spec)
+    wait_for("the claim of bk-1", lambda: crds.get("persistentvolumeclaim", "data-bk-1", ns))
+    apply(crds, ns, "bk", dict(spec, replicas=1))
+    sts_where(crds, ns, "bk", lambda s: s["spec"]["replicas"] == 1, "the StatefulSet scaled to 1")
+
+    def decommissioned() -> list[str]:
+        return [e["message"] for e in crds.events(ns, "bk") if e["reason"] == "BookieDecommissioned"]
+
+    (message,) = wait_for("the BookieDecommissioned event", decommissioned)
+    assert "bk-1.bk." in message and message.endswith("claim data-bk-1 kept (storage.deleteClaim: false)")
+    assert crds.get("persistentvolumeclaim", "data-bk-1", ns) is not None
+    assert crds.get("persistentvolumeclaim", "data-bk-0", ns) is not None
 
 
 def test_deleted_child_is_recreated_and_deletion_cascades(
@@ -159,7 +175,7 @@ def test_deleted_child_is_recreated_and_deletion_cascades(
         ("poddisruptionbudget", "bk"),
         ("configmap", "bk-config"),
     ):
-        wait_for(f"{kind}/{name} garbage-collected", lambda k=kind, n=name: crds.get(k, n, ns) is None, timeout=30)
+        wait_for(f"{kind}/{name} garbage-collected", partial(gone, crds, kind, name, ns), timeout=30)
 
 
 def test_shared_broker_pool_is_kept(operator: OperatorProcess, crds: ControlPlane) -> None:

@@ -69,6 +69,7 @@ def snapshot(cp: ControlPlane, ns: str, items: list[dict[str, Any]]) -> dict[str
         snap[f"{kind}/{name}"] = meta.get("generation") or meta["resourceVersion"]
     for item in items:
         obj = cp.get(plural(item["kind"]), item["metadata"]["name"], ns)
+        assert obj is not None
         snap[item["metadata"]["name"]] = [
             (c["type"], c["status"], c["reason"], c["lastTransitionTime"]) for c in obj["status"]["conditions"]
         ]
