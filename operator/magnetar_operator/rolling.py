@@ -156,11 +156,15 @@ class RollStep:
         return Condition(ROLLING, self.done, self.reason, self.message)
 
     def status_fields(self) -> dict[str, Any]:
-        return {
-            "updatedReplicas": self.updated,
-            "currentRevision": self.current_revision,
-            "updateRevision": self.update_revision,
-        }
+        """The roll's status fields. A StatefulSet too new to have revisions gives none: an empty
+        revision reaches the API server as null, which the CRD's string schema refuses, and the
+        whole status patch of that pass would be lost with it."""
+        fields: dict[str, Any] = {"updatedReplicas": self.updated}
+        if self.current_revision:
+            fields["currentRevision"] = self.current_revision
+        if self.update_revision:
+            fields["updateRevision"] = self.update_revision
+        return fields
 
 
 def pods_of(statefulset: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[PodState]:

@@ -176,6 +176,9 @@ def test_a_new_statefulset_has_nothing_to_restart() -> None:
     for pods in ([], [pod(0, ""), pod(1, "")]):
         step = plan_roll(sts(update="", generation=1, observed=None), pods, HEALTHY)
         assert step.reason == UP_TO_DATE and step.delete is None
+        # No revision yet: none is written (the CRD refuses an empty one as null, and the pass's
+        # whole status patch with it).
+        assert step.status_fields() == {"updatedReplicas": len(pods)}
 
 
 def test_a_scale_down_goes_first() -> None:
