@@ -42,6 +42,21 @@ def test_unknown_setting_is_refused_with_the_known_ones(tmp_path: Path) -> None:
     assert "brokerServicePortt" in str(info.value) and "brokerServicePort" in str(info.value)
 
 
+def test_string_values_take_their_flags_types(tmp_path: Path) -> None:
+    """ConfigMaps made from the chart's values hold strings: '0.97' must become the float the
+    bookie compares its disk usage with (found by the e2e upgrade test: the bookie crashed)."""
+    text = "dataDir: /d\ndiskUsageThreshold: '0.97'\nbookiePort: '3199'\n"
+    args = _args(tmp_path, text, "bookie")
+    assert args.readonly_threshold == 0.97  # type: ignore[attr-defined]
+    assert args.port == 3199  # type: ignore[attr-defined]
+
+
+def test_a_value_its_flag_cannot_take_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as info:
+        _args(tmp_path, "dataDir: /d\ndiskUsageThreshold: lots\n", "bookie")
+    assert "diskUsageThreshold" in str(info.value) and "lots" in str(info.value)
+
+
 def test_bookie_from_config_serves_health_ready_and_metrics(tmp_path: Path) -> None:
     cfg = tmp_path / "bookie.yaml"
     cfg.write_text(f"bookiePort: 0\nhttpPort: 0\ndataDir: {tmp_path / 'data'}\nbookieId: b-test\n")

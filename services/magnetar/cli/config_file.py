@@ -66,7 +66,20 @@ def apply_config_file(args: argparse.Namespace, parser: argparse.ArgumentParser)
     unknown = sorted(set(doc) - set(known))
     if unknown:
         raise SystemExit(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    # A value from the file goes through its flag's own converter, as if given on the command line:
+    # Kubernetes config maps (and so the chart) hold strings, e.g. diskUsageThreshold: '0.97'.
+    converters = {action.dest: action.type for action in parser._actions}
     for key, value in doc.items():
         dest = known[key]
         if getattr(args, dest, None) == parser.get_default(dest):  # not given on the command line
-            setattr(args, dest, _expand(value))
+            setattr(args, dest, _convert(path, key, _expand(value), converters.get(dest)))
+
+
+def _convert(path: str, key: str, value: Any, converter: Any) -> Any:
+    if value is None or not callable(converter):
+        return value
+    try:
+        return converter(value)
+    except (TypeError, ValueError):
+        kind = getattr(converter, "__name__", "value")
+        raise SystemExit(f"{path}: {key} must be a {kind}, got {value!r}") from None
