@@ -54,6 +54,11 @@ if git rev-parse --verify -q HEAD >/dev/null 2>&1; then
   [[ -n ${MAGNETAR_IMAGE_SOURCE:-} ]] || source=$(git remote get-url origin 2>/dev/null || echo unknown)
 fi
 
+# The OCI labels every image carries (each Containerfile target adds its title and description).
+oci=org.opencontainers.image
+labels=(--label "$oci.version=$version" --label "$oci.revision=$revision" --label "$oci.source=$source"
+        --label "$oci.licenses=NOASSERTION" --label "$oci.vendor=Magnetar project")
+
 mkdir -p "$CACHE"
 archive() { echo "$CACHE/${repo[$1]#localhost/}-$tag.oci.tar"; }
 secs() { echo $(( $(date +%s) - $1 )); }
@@ -81,9 +86,8 @@ for name in "${only[@]}"; do
   fi
   # pip trusts the host's CA bundle (proxies that re-sign TLS); mounted beside, not over, the image's own.
   mounts=(); if [[ -f $CA ]]; then mounts=(-v "$CA:/run/host-ca-certificates.crt:ro" --build-arg PIP_CERT=/run/host-ca-certificates.crt); fi
-  "$PM" build --layers --pull=never -f "$ctx/images/$name/Containerfile" -t "$image" "${mounts[@]}" \
-    --build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg SOURCE="$source" \
-    "$ctx" >"$CACHE/build-$name.log" 2>&1 || { tail -30 "$CACHE/build-$name.log" >&2; exit 1; }
+  "$PM" build --layers --pull=never -f "$ctx/images/Containerfile" --target "$name" -t "$image" "${mounts[@]}" \
+    "${labels[@]}" "$ctx" >"$CACHE/build-$name.log" 2>&1 || { tail -30 "$CACHE/build-$name.log" >&2; exit 1; }
   built=$(secs "$start")
   "$PM" save -q --format oci-archive -o "$out.tmp.$$" "$image"; mv "$out.tmp.$$" "$out"
   echo "$image: built in ${built}s, saved in $(( $(secs "$start") - built ))s -> $out"
