@@ -26,10 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-ROOT = Path(__file__).resolve().parent.parent
-K8S_SCRIPTS = ROOT / "scripts" / "k8s"
-K8S_HOME = Path(os.environ.get("K8S_HOME", str(Path.home() / ".cache/k8s-local/1.20.2")))
-BIN = K8S_HOME / "bin"
+from tests.operator.harness import BIN, K8S_HOME, SCRIPTS
+
 #: Where the last run's node logs are kept for a look after a failure (the run directory is removed).
 LAST_LOGS = Path(tempfile.gettempdir()) / "magnetar-e2e-last"
 LOCAL_STORAGE_CLASS = "magnetar-local"
@@ -42,7 +40,11 @@ FIGURES: dict[str, object] = {}
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 1.0) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout``.
+
+    Unlike tests.operator.harness.wait_for, which takes any exception for an API hiccup, only a
+    failed kubectl call or an unreadable answer is retried here: a probe's AssertionError (a Job or
+    pod that failed) ends the wait at once, with its own message."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while True:
@@ -123,13 +125,6 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
-def condition(obj: dict[str, Any] | None, type_: str = "Ready") -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
-
-
 def missing_for_local_node() -> list[str]:
     """What this machine lacks to run the local node: binaries, packages, the helm binary."""
     missing = [
@@ -195,7 +190,7 @@ class LocalNode:
         log = self.run_dir / "up.log"
         with log.open("w") as out:
             proc = subprocess.run(
-                ["bash", str(K8S_SCRIPTS / "up.sh")],
+                ["bash", str(SCRIPTS / "up.sh")],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=self.script_env(),
@@ -215,7 +210,7 @@ class LocalNode:
             shutil.rmtree(LAST_LOGS, ignore_errors=True)
             shutil.copytree(self.run_dir / "logs", LAST_LOGS, dirs_exist_ok=True)
         proc = subprocess.run(
-            ["bash", str(K8S_SCRIPTS / "down.sh")],
+            ["bash", str(SCRIPTS / "down.sh")],
             capture_output=True,
             text=True,
             env={**self.script_env(), "CLEAN": "1"},

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.operator.harness import ROOT
 
-from e2e.cluster import FIGURES, ROOT, Cluster, LocalNode, missing_for_local_node
+from e2e.cluster import FIGURES, Cluster, LocalNode, missing_for_local_node
 from e2e.release import Images, Release
 
 IMAGE_CACHE = Path(os.environ.get("MAGNETAR_IMAGE_CACHE", str(Path.home() / ".cache/magnetar/images")))

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from e2e.cluster import ROOT, Cluster, condition, pod_ready, wait_for
+from tests.operator.harness import ROOT, condition
+
+from e2e.cluster import Cluster, pod_ready, wait_for
 
 NAMESPACE = "magnetar"
 RELEASE = "magnetar"

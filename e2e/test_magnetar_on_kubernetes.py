@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from tests.operator.harness import ROOT, condition
 
-from e2e.cluster import FIGURES, ROOT, condition, pod_ready, wait_for
+from e2e.cluster import FIGURES, pod_ready, wait_for
 from e2e.release import Release
 from e2e.stream_job import StreamJob
 
