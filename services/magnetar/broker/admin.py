@@ -227,11 +227,14 @@ class AdminServer:
         url = await self.service.owner_web_url(name)
         if url is None:
             return None
+        return await self._proxy(method, url + path, body)
+
+    @staticmethod
+    async def _proxy(method: str, url: str, body: bytes = b"") -> web.Response:
+        """Ask another broker's admin API and hand its answer back as is."""
         async with (
             aiohttp.ClientSession() as session,
-            session.request(
-                method, url + path, data=body or None, headers={"Content-Type": "application/json"}
-            ) as resp,
+            session.request(method, url, data=body or None, headers={"Content-Type": "application/json"}) as resp,
         ):
             payload = await resp.read()
             return web.Response(status=resp.status, body=payload, content_type="application/json")
@@ -267,8 +270,7 @@ class AdminServer:
         else:
             info, redirect = await own.lookup(name)
             if redirect:
-                async with aiohttp.ClientSession() as session, session.get(info.web_url + request.path) as resp:
-                    return web.Response(status=resp.status, body=await resp.read(), content_type="application/json")
+                return await self._proxy("GET", info.web_url + request.path)
             broker_url, web_url = info.broker_url, info.web_url
         return web.json_response({"brokerUrl": broker_url, "nativeUrl": broker_url, "httpUrl": web_url})
 
