@@ -96,3 +96,22 @@ def test_r28_backoff_jitter_shortens_each_delay_by_at_most_a_tenth() -> None:
     real = Backoff(0.1, 30.0)
     for base in (0.1, 0.2, 0.4, 0.8):
         assert 0.9 * base <= real.next() <= base
+
+
+def test_http_lookup_names_the_owner_from_either_broker(cluster: LocalCluster, topic: str) -> None:
+    """Pulsar's HTTP lookup: each broker answers with the one owner, the same one the binary lookup
+    names. Broker 0 is asked first, while the topic is unowned: for a topic placed on broker 1 it
+    must ask broker 1 for it (fresh topics are tried until one is placed there)."""
+    service = [normalize_url(cluster.broker_address(i).service_url) for i in range(2)]
+    for n in range(16):
+        name = f"{topic}-{n}"
+        path = "/lookup/v2/topic/persistent/" + name.removeprefix("persistent://")
+        answers = [cluster.admin_get(path, broker=i) for i in (0, 1, 0)]
+        owners = {normalize_url(a["brokerUrl"]) for a in answers}
+        assert len(owners) == 1, answers
+        owner = owners.pop()
+        assert _lookup(owner, name) == (owner, False)
+        assert {a["httpUrl"].rstrip("/") for a in answers} == {cluster.admin_urls[service.index(owner)]}
+        if owner == service[1]:
+            return
+    pytest.fail("no topic of 16 was placed on broker 1: the forwarded lookup never ran")
