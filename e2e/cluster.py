@@ -59,6 +59,14 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: fl
         time.sleep(every)  # polling interval of a condition with a deadline
 
 
+class CommandFailed(subprocess.CalledProcessError):
+    """A failed kubectl or helm call whose message carries what the tool said (helm's schema
+    errors, kubectl's Forbidden...), which CalledProcessError's own message leaves out."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\nstderr: {str(self.stderr or '').strip()[-2000:]}"
+
+
 @dataclass
 class Cluster:
     """kubectl and helm bound to one kubeconfig."""
@@ -76,7 +84,7 @@ class Cluster:
             argv, input=input, capture_output=True, text=True, env=self.env(), timeout=timeout, check=False
         )
         if check and proc.returncode != 0:
-            raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
+            raise CommandFailed(proc.returncode, argv, proc.stdout, proc.stderr)
         return proc.stdout
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
@@ -95,7 +103,7 @@ class Cluster:
         if proc.returncode != 0:
             if "NotFound" in proc.stderr or "not found" in proc.stderr:
                 return None
-            raise subprocess.CalledProcessError(proc.returncode, args, proc.stdout, proc.stderr)
+            raise CommandFailed(proc.returncode, args, proc.stdout, proc.stderr)
         return json.loads(proc.stdout)
 
     def apply(self, manifest: dict[str, Any] | str) -> str:

@@ -19,7 +19,7 @@ from tests.operator.harness import ROOT, condition
 
 from e2e.cluster import FIGURES, pod_ready, wait_for
 from e2e.release import Release
-from e2e.stream_job import StreamJob
+from e2e.stream_job import CONFIGMAP, StreamJob
 
 # Long: the first test's setup may build the images cold and start the node; waits have their own deadlines.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
@@ -280,7 +280,7 @@ def test_roll_pauses_on_a_bookie_that_cannot_become_ready_and_resumes_when_fixed
     # An unknown setting: `magnetar bookie` refuses to start, so the restarted pod never gets Ready.
     release.cluster.helm(
         "upgrade", release.name, str(ROOT / "charts" / "magnetar"), "-n", release.namespace, "--reuse-values",
-        "--set", "bookies.config.notASetting=1",
+        "--set", "bookies.config.notASetting=oops",
     )  # fmt: skip
 
     def paused() -> dict[str, Any] | None:
@@ -322,7 +322,8 @@ def test_operator_service_account_is_refused_what_it_must_not_do(release: Releas
         "from kubernetes.client.rest import ApiException\n"
         "config.load_incluster_config()\n"
         "v1 = client.CoreV1Api()\n"
-        f"v1.list_namespaced_config_map('{release.namespace}')\n"
+        # The operator may get ConfigMaps (its broker pool's config), not list them or read Secrets.
+        f"v1.read_namespaced_config_map('{release.name}-broker-config', '{release.namespace}')\n"
         "print('configmaps: allowed')\n"
         "try:\n"
         f"    v1.list_namespaced_secret('{release.namespace}')\n"
@@ -340,7 +341,9 @@ def test_operator_service_account_is_refused_what_it_must_not_do(release: Releas
 
 def test_uninstall_leaves_only_what_the_policy_keeps(release: Release) -> None:
     cluster = release.cluster
+    # First what the suite itself made: the stream Jobs and their script.
     cluster.kubectl("delete", "job", "-n", release.namespace, "-l", "magnetar.dev/e2e=stream", "--wait=false")
+    cluster.kubectl("delete", "configmap", "-n", release.namespace, CONFIGMAP)
     for example in ("topic", "namespace", "tenant"):
         cluster.kubectl(
             "delete",
