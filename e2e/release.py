@@ -52,7 +52,11 @@ class Release:
             ]
         return values
 
-    def helm_upgrade(self, *sets: str, install: bool = False) -> str:
+    def helm_upgrade(self, *sets: str, install: bool = False, wait: bool = True) -> str:
+        """`helm upgrade --reuse-values` (or the first install) with this environment's values.
+
+        ``wait=False`` for a release with a pod that cannot get Ready: helm 4's ``--wait`` was seen
+        to hang there before applying anything (the test then waits on the resources itself)."""
         args = ["upgrade", self.name, str(CHART), "-n", self.namespace]
         if install:
             args += ["--install", "--create-namespace"]
@@ -60,7 +64,7 @@ class Release:
             args += ["--reuse-values"]
         for value in [*self.base_values(), *sets]:
             args += ["--set", value]
-        return self.cluster.helm(*args, "--wait", "--timeout", "10m")
+        return self.cluster.helm(*args, *(["--wait", "--timeout", "10m"] if wait else []))
 
     def bookie_pods(self) -> list[dict[str, Any]]:
         return self.cluster.pods(self.namespace, f"magnetar.dev/bookie-ensemble={self.name}-bookie")

@@ -278,10 +278,7 @@ def test_roll_pauses_on_a_bookie_that_cannot_become_ready_and_resumes_when_fixed
     ensemble = f"{release.name}-bookie"
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in release.bookie_pods()}
     # An unknown setting: `magnetar bookie` refuses to start, so the restarted pod never gets Ready.
-    release.cluster.helm(
-        "upgrade", release.name, str(ROOT / "charts" / "magnetar"), "-n", release.namespace, "--reuse-values",
-        "--set", "bookies.config.notASetting=oops",
-    )  # fmt: skip
+    release.helm_upgrade("bookies.config.notASetting=oops", wait=False)
 
     def paused() -> dict[str, Any] | None:
         cond = condition(cluster.get("bookieensemble", ensemble, release.namespace), "PodsUpToDate")
@@ -300,7 +297,7 @@ def test_roll_pauses_on_a_bookie_that_cannot_become_ready_and_resumes_when_fixed
     )
     assert "Paused" in events or "paused" in events
     # Fixed: the broken pod is replaced first, then the roll completes.
-    release.helm_upgrade("bookies.config.notASetting=null")
+    release.helm_upgrade("bookies.config.notASetting=null", wait=False)
 
     def up_to_date() -> bool:
         be = cluster.get("bookieensemble", ensemble, release.namespace)
