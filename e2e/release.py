@@ -55,8 +55,8 @@ class Release:
     def helm_upgrade(self, *sets: str, install: bool = False, wait: bool = True) -> str:
         """`helm upgrade --reuse-values` (or the first install) with this environment's values.
 
-        ``wait=False`` for a release with a pod that cannot get Ready: helm 4's ``--wait`` was seen
-        to hang there before applying anything (the test then waits on the resources itself)."""
+        ``wait=False`` where a bookie is meant not to get Ready: helm 4's ``--wait`` also waits for
+        the BookieEnsemble's Ready condition (the test then waits on what it expects itself)."""
         args = ["upgrade", self.name, str(CHART), "-n", self.namespace]
         if install:
             args += ["--install", "--create-namespace"]

@@ -277,8 +277,10 @@ def test_roll_pauses_on_a_bookie_that_cannot_become_ready_and_resumes_when_fixed
     cluster = release.cluster
     ensemble = f"{release.name}-bookie"
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in release.bookie_pods()}
-    # An unknown setting: `magnetar bookie` refuses to start, so the restarted pod never gets Ready.
-    release.helm_upgrade("bookies.config.notASetting=oops", wait=False)
+    # A setting its flag cannot take: `magnetar bookie` refuses to start, so the restarted pod never
+    # gets Ready. (Set back, not removed, below: `--set key=null` does not drop a key under
+    # --reuse-values.)
+    release.helm_upgrade("bookies.config.diskUsageThreshold=lots", wait=False)
 
     def paused() -> dict[str, Any] | None:
         cond = condition(cluster.get("bookieensemble", ensemble, release.namespace), "PodsUpToDate")
@@ -297,7 +299,7 @@ def test_roll_pauses_on_a_bookie_that_cannot_become_ready_and_resumes_when_fixed
     )
     assert "Paused" in events or "paused" in events
     # Fixed: the broken pod is replaced first, then the roll completes.
-    release.helm_upgrade("bookies.config.notASetting=null", wait=False)
+    release.helm_upgrade("bookies.config.diskUsageThreshold=0.97", wait=False)
 
     def up_to_date() -> bool:
         be = cluster.get("bookieensemble", ensemble, release.namespace)
