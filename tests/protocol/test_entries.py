@@ -30,7 +30,10 @@ def test_r29_meta_has_the_documented_keys_and_payload_is_a_list_of_records(compr
     before = int(time.time() * 1000)
     meta, payload = encode_batch(records, producer_name="p", first_sequence_id=5, compression=compression)
     assert list(meta) == ["pn", "seq", "n", "crc", "comp", "usize", "pt", "b"]
-    assert set(meta) == set(EntryMeta.__annotations__)
+    # The optional keys: a Key_Shared routing key and a delayed message's deliver-at time.
+    assert set(meta) | {"k", "dt"} == set(EntryMeta.__annotations__)
+    keyed, _ = encode_batch(records, producer_name="p", first_sequence_id=5, key="key", deliver_at=123)
+    assert (keyed["k"], keyed["dt"]) == ("key", 123)
     assert (meta["pn"], meta["seq"], meta["n"], meta["comp"], meta["b"]) == ("p", 5, 2, int(compression), True)
     assert meta["crc"] == crc32c(payload)
     assert before <= meta["pt"] <= int(time.time() * 1000)

@@ -34,6 +34,8 @@ META_COMPRESSION: Final = "comp"
 META_UNCOMPRESSED_SIZE: Final = "usize"
 META_PUBLISH_TIME: Final = "pt"
 META_BATCHED: Final = "b"
+META_KEY: Final = "k"
+META_DELIVER_AT: Final = "dt"
 
 
 @dataclass(slots=True)
@@ -62,8 +64,15 @@ def encode_batch(
     first_sequence_id: int,
     compression: CompressionType | int = CompressionType.NONE,
     batched: bool = True,
+    key: str | None = None,
+    deliver_at: int | None = None,
 ) -> tuple[EntryMeta, bytes]:
-    """Return (meta, payload) for a batch of records; the CRC covers the payload as sent."""
+    """Return (meta, payload) for a batch of records; the CRC covers the payload as sent.
+
+    ``key`` goes into ``meta`` so a Key_Shared broker can route the entry without decoding the
+    payload; ``deliver_at`` marks a delayed message (the broker holds it until then on Shared
+    and Key_Shared subscriptions).
+    """
     raw = msgpack.packb(records, use_bin_type=True)
     payload = compress(compression, raw)
     meta: EntryMeta = {
@@ -76,6 +85,10 @@ def encode_batch(
         META_PUBLISH_TIME: int(time.time() * 1000),
         META_BATCHED: batched,
     }
+    if key is not None:
+        meta[META_KEY] = key
+    if deliver_at is not None:
+        meta[META_DELIVER_AT] = deliver_at
     return meta, payload
 
 

@@ -42,6 +42,9 @@ REDELIVER: Final = "redeliver"
 CLOSE_CONSUMER: Final = "close_consumer"
 UNSUBSCRIBE: Final = "unsubscribe"
 SEEK: Final = "seek"
+SEEK_PUBLISH_TIME: Final = "seek_publish_time"
+GET_LAST_MESSAGE_ID: Final = "get_last_message_id"
+GET_TOPICS_OF_NAMESPACE: Final = "get_topics_of_namespace"
 
 # --- broker -> client
 CONNECTED: Final = "connected"
@@ -54,6 +57,9 @@ SEND_RECEIPT: Final = "send_receipt"
 SEND_ERROR: Final = "send_error"
 MESSAGE: Final = "message"
 ACK_RESPONSE: Final = "ack_response"
+LAST_MESSAGE_ID_RESPONSE: Final = "last_message_id_response"
+TOPICS_OF_NAMESPACE_RESPONSE: Final = "topics_of_namespace_response"
+ACTIVE_CONSUMER_CHANGE: Final = "active_consumer_change"
 
 # --- broker -> bookie
 BK_ADD: Final = "bk_add"
@@ -70,11 +76,21 @@ SUB_SHARED: Final = "Shared"
 SUB_FAILOVER: Final = "Failover"
 SUB_KEY_SHARED: Final = "Key_Shared"
 
+# Key_Shared modes, as Pulsar's KeySharedMode names.
+KEY_SHARED_AUTO_SPLIT: Final = "AUTO_SPLIT"
+KEY_SHARED_STICKY: Final = "STICKY"
+# Key_Shared hashes keys into this many slots (0..65535), as Pulsar's DEFAULT_HASH_RANGE_SIZE.
+KEY_HASH_RANGE: Final = 65536
+
 ACK_INDIVIDUAL: Final = "individual"
 ACK_CUMULATIVE: Final = "cumulative"
 
 # A position on the wire: [ledger, entry] (a tuple when the client builds it, a list decoded).
 WirePosition = Sequence[int]
+# A message id on the wire: [ledger, entry, batch_index] (batch_index -1: the whole entry).
+WireMessageId = Sequence[int]
+# A partial acknowledgement of a batched entry: [ledger, entry, count, [acked batch indexes]].
+WireBatchAck = Sequence[Any]
 
 
 # ====================================================================== client -> broker
@@ -139,6 +155,20 @@ class Subscribe(TypedDict):
     sub_type: str
     initial_position: NotRequired[str]
     consumer_name: NotRequired[str]
+    # Failover and Shared: lower numbers are served first (Pulsar's priorityLevel; default 0).
+    priority_level: NotRequired[int]
+    # Key_Shared: KEY_SHARED_AUTO_SPLIT (default) or KEY_SHARED_STICKY with ``key_ranges``
+    # ([[start, end], ...], inclusive, within 0..KEY_HASH_RANGE-1); ``allow_out_of_order`` lifts
+    # the recently-joined-consumers rule.
+    key_shared_mode: NotRequired[str]
+    key_ranges: NotRequired[Sequence[Sequence[int]]]
+    allow_out_of_order: NotRequired[bool]
+    # False for a reader: the cursor lives in the broker's memory only and goes with the consumer.
+    durable: NotRequired[bool]
+    # Readers (non-durable): where to start, instead of ``initial_position``. [-1, -1, -1] is
+    # the earliest message, [2**63-1, 2**63-1, -1] the latest.
+    start_message_id: NotRequired[WireMessageId]
+    start_inclusive: NotRequired[bool]
 
 
 class Flow(TypedDict):
@@ -153,6 +183,8 @@ class Ack(TypedDict):
     kind: str
     positions: Sequence[WirePosition]
     rid: NotRequired[int]
+    # Individual acks of some messages of batched entries (batch-index acknowledgement).
+    batch_acks: NotRequired[Sequence[WireBatchAck]]
 
 
 class Redeliver(TypedDict):
@@ -178,6 +210,25 @@ class Seek(TypedDict):
     rid: int
     consumer_id: int
     position: WirePosition
+
+
+class SeekPublishTime(TypedDict):
+    t: Literal["seek_publish_time"]
+    rid: int
+    consumer_id: int
+    publish_time: int
+
+
+class GetLastMessageId(TypedDict):
+    t: Literal["get_last_message_id"]
+    rid: int
+    consumer_id: int
+
+
+class GetTopicsOfNamespace(TypedDict):
+    t: Literal["get_topics_of_namespace"]
+    rid: int
+    namespace: str
 
 
 # ====================================================================== broker -> client
@@ -249,11 +300,38 @@ class Message(TypedDict):
     meta: EntryMeta
     payload: bytes
     redelivery_count: int
+    # Batch indexes of this entry already acknowledged (batch-index ack): not for the application.
+    acked: NotRequired[Sequence[int]]
 
 
 class AckResponse(TypedDict):
     t: Literal["ack_response"]
     rid: int
+
+
+class LastMessageIdResponse(TypedDict):
+    """The topic's last message ([-1, -1, -1] when empty) and the subscription's mark-delete position."""
+
+    t: Literal["last_message_id_response"]
+    rid: int
+    ledger: int
+    entry: int
+    batch: int
+    mark_delete: WirePosition
+
+
+class TopicsOfNamespaceResponse(TypedDict):
+    t: Literal["topics_of_namespace_response"]
+    rid: int
+    topics: Sequence[str]
+
+
+class ActiveConsumerChange(TypedDict):
+    """Pushed to Failover consumers: whether this consumer is now the active one."""
+
+    t: Literal["active_consumer_change"]
+    consumer_id: int
+    is_active: bool
 
 
 class CloseProducerPushed(TypedDict):
@@ -334,6 +412,9 @@ Request = (
     | CloseConsumer
     | Unsubscribe
     | Seek
+    | SeekPublishTime
+    | GetLastMessageId
+    | GetTopicsOfNamespace
 )
 BookieRequest = BkAdd | BkRead | BkReadLac | BkFence | BkDelete
 
@@ -354,6 +435,9 @@ SERVED: Final[dict[str, Any]] = {
     CLOSE_CONSUMER: CloseConsumer,
     UNSUBSCRIBE: Unsubscribe,
     SEEK: Seek,
+    SEEK_PUBLISH_TIME: SeekPublishTime,
+    GET_LAST_MESSAGE_ID: GetLastMessageId,
+    GET_TOPICS_OF_NAMESPACE: GetTopicsOfNamespace,
     BK_ADD: BkAdd,
     BK_READ: BkRead,
     BK_READ_LAC: BkReadLac,
@@ -436,20 +520,18 @@ def subscribe(
     initial_position: str = "Latest",
     consumer_name: str | None = None,
     rid: int = 0,
+    *,
+    priority_level: int = 0,
+    key_shared_mode: str | None = None,
+    key_ranges: Sequence[Sequence[int]] | None = None,
+    allow_out_of_order: bool = False,
+    durable: bool = True,
+    start_message_id: WireMessageId | None = None,
+    start_inclusive: bool = False,
 ) -> Subscribe:
-    """``consumer_name`` is sent only when given and non-empty (the broker then picks one)."""
-    if consumer_name:
-        return {
-            "t": SUBSCRIBE,
-            "topic": topic,
-            "subscription": subscription,
-            "consumer_id": consumer_id,
-            "sub_type": sub_type,
-            "initial_position": initial_position,
-            "consumer_name": consumer_name,
-            "rid": rid,
-        }
-    return {
+    """Optional fields are sent only when they differ from their defaults (an old broker then
+    sees exactly the command it knows)."""
+    cmd: Subscribe = {
         "t": SUBSCRIBE,
         "topic": topic,
         "subscription": subscription,
@@ -458,17 +540,43 @@ def subscribe(
         "initial_position": initial_position,
         "rid": rid,
     }
+    if consumer_name:
+        cmd["consumer_name"] = consumer_name
+    if priority_level:
+        cmd["priority_level"] = priority_level
+    if key_shared_mode is not None:
+        cmd["key_shared_mode"] = key_shared_mode
+    if key_ranges is not None:
+        cmd["key_ranges"] = key_ranges
+    if allow_out_of_order:
+        cmd["allow_out_of_order"] = True
+    if not durable:
+        cmd["durable"] = False
+    if start_message_id is not None:
+        cmd["start_message_id"] = start_message_id
+    if start_inclusive:
+        cmd["start_inclusive"] = True
+    return cmd
 
 
 def flow(consumer_id: int, permits: int) -> Flow:
     return {"t": FLOW, "consumer_id": consumer_id, "permits": permits}
 
 
-def ack(consumer_id: int, kind: str, positions: Sequence[WirePosition], rid: int | None = None) -> Ack:
+def ack(
+    consumer_id: int,
+    kind: str,
+    positions: Sequence[WirePosition],
+    rid: int | None = None,
+    batch_acks: Sequence[WireBatchAck] | None = None,
+) -> Ack:
     """Without ``rid`` no ``ack_response`` comes back (``Connection.request*`` adds one)."""
-    if rid is None:
-        return {"t": ACK, "consumer_id": consumer_id, "kind": kind, "positions": positions}
-    return {"t": ACK, "consumer_id": consumer_id, "kind": kind, "positions": positions, "rid": rid}
+    cmd: Ack = {"t": ACK, "consumer_id": consumer_id, "kind": kind, "positions": positions}
+    if batch_acks:
+        cmd["batch_acks"] = batch_acks
+    if rid is not None:
+        cmd["rid"] = rid
+    return cmd
 
 
 def redeliver(consumer_id: int, positions: Sequence[WirePosition] | None = None) -> Redeliver:
@@ -488,6 +596,18 @@ def unsubscribe(consumer_id: int, rid: int = 0) -> Unsubscribe:
 
 def seek(consumer_id: int, position: WirePosition, rid: int = 0) -> Seek:
     return {"t": SEEK, "consumer_id": consumer_id, "position": position, "rid": rid}
+
+
+def seek_publish_time(consumer_id: int, publish_time: int, rid: int = 0) -> SeekPublishTime:
+    return {"t": SEEK_PUBLISH_TIME, "consumer_id": consumer_id, "publish_time": publish_time, "rid": rid}
+
+
+def get_last_message_id(consumer_id: int, rid: int = 0) -> GetLastMessageId:
+    return {"t": GET_LAST_MESSAGE_ID, "consumer_id": consumer_id, "rid": rid}
+
+
+def get_topics_of_namespace(namespace: str, rid: int = 0) -> GetTopicsOfNamespace:
+    return {"t": GET_TOPICS_OF_NAMESPACE, "namespace": namespace, "rid": rid}
 
 
 # --- broker -> client
@@ -532,8 +652,25 @@ def send_error(producer_id: int, seq: int, code: str, message: str) -> SendError
 
 
 def message(
-    consumer_id: int, ledger: int, entry: int, meta: EntryMeta, payload: bytes, redelivery_count: int
+    consumer_id: int,
+    ledger: int,
+    entry: int,
+    meta: EntryMeta,
+    payload: bytes,
+    redelivery_count: int,
+    acked: Sequence[int] | None = None,
 ) -> Message:
+    if acked:
+        return {
+            "t": MESSAGE,
+            "consumer_id": consumer_id,
+            "ledger": ledger,
+            "entry": entry,
+            "meta": meta,
+            "payload": payload,
+            "redelivery_count": redelivery_count,
+            "acked": acked,
+        }
     return {
         "t": MESSAGE,
         "consumer_id": consumer_id,
@@ -547,6 +684,27 @@ def message(
 
 def ack_response(rid: int) -> AckResponse:
     return {"t": ACK_RESPONSE, "rid": rid}
+
+
+def last_message_id_response(
+    rid: int, ledger: int, entry: int, batch: int, mark_delete: WirePosition
+) -> LastMessageIdResponse:
+    return {
+        "t": LAST_MESSAGE_ID_RESPONSE,
+        "rid": rid,
+        "ledger": ledger,
+        "entry": entry,
+        "batch": batch,
+        "mark_delete": mark_delete,
+    }
+
+
+def topics_of_namespace_response(rid: int, topics: Sequence[str]) -> TopicsOfNamespaceResponse:
+    return {"t": TOPICS_OF_NAMESPACE_RESPONSE, "rid": rid, "topics": topics}
+
+
+def active_consumer_change(consumer_id: int, is_active: bool) -> ActiveConsumerChange:
+    return {"t": ACTIVE_CONSUMER_CHANGE, "consumer_id": consumer_id, "is_active": is_active}
 
 
 def close_producer_pushed(producer_id: int) -> CloseProducerPushed:

@@ -36,6 +36,8 @@ class EntryMeta(TypedDict):
     usize: NotRequired[int]  # uncompressed size of ``payload`` (default: its length)
     pt: NotRequired[int]  # publish time, milliseconds since the epoch
     b: NotRequired[bool]  # whether the messages were batched (batch index -1 in ids if not)
+    k: NotRequired[str]  # the entry's key, for Key_Shared dispatch (see WIRE.md R29)
+    dt: NotRequired[int]  # deliver-at time, ms since the epoch: a delayed message (one per entry)
 
 
 def encode_entry(meta: EntryMeta, payload: bytes) -> bytes:
