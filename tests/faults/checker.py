@@ -22,6 +22,12 @@ Counts:
 - **recovered**: ``unknown`` sends that turned out to be stored (informational).
 
 A run is valid when lost, inconsistent, reordered, unexpected and failed_read are all zero.
+
+Two judgements cover the consumption workloads (``delivery``): for a live Shared subscription
+whose consumers negatively acknowledge some messages, **lost_live** counts acknowledged sends
+that no live consumer ever acknowledged (nacks and redeliveries must not drop anything); for
+delayed messages, **early** counts reads before the message's deliver-at time, and the lateness
+of the first delivery of each delayed value is summarised as p50/p99/max milliseconds.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ class Op:
     pos: Position | None = None
     error: str | None = None
     via: str | None = None  # the broker that acknowledged it, when known
+    deliver_at: int | None = None  # wall-clock ms before which it must not be delivered (delayed)
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,8 @@ class Read:
     value: str
     pos: Position | None
     t: float = 0.0
+    wall_ms: int = 0  # wall-clock ms at receipt (delayed-delivery judgement)
+    redelivery_count: int = 0
 
 
 @dataclass
@@ -199,3 +208,71 @@ def _reorders(first_order: Sequence[str], ex: dict[str, list[str]], kind: str) -
         else:
             highest[producer] = seq
     return count
+
+
+@dataclass
+class DeliveryResult:
+    """Judgement of the live consumers of a consumption workload (nacks, delayed delivery)."""
+
+    acked_sends: int = 0
+    acked_live: int = 0  # distinct acknowledged sends that a live consumer acknowledged
+    lost_live: int = 0
+    redelivered_reads: int = 0  # live reads with redelivery_count > 0
+    delayed: int = 0  # acknowledged sends with a deliver-at time that were read
+    early: int = 0
+    lateness_ms: dict[str, float] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not (self.lost_live or self.early)
+
+    def counts(self) -> dict[str, object]:
+        d = asdict(self)
+        d.pop("examples")
+        return d
+
+    def summary(self) -> str:
+        bad = {k: v for k, v in self.examples.items() if v}
+        return " ".join(f"{k}={v}" for k, v in self.counts().items()) + (f" examples={json.dumps(bad)}" if bad else "")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100), at least 1
+    return float(ordered[int(rank) - 1])
+
+
+def delivery(ops: Iterable[Op], live_reads: Sequence[Read], live_acked: set[str]) -> DeliveryResult:
+    """Judge the live subscription: nothing acknowledged to a producer is missing from what live
+    consumers acknowledged, and no delayed message was read before its deliver-at time."""
+    res = DeliveryResult()
+    ex = res.examples
+    sent = {op.value: op for op in ops if op.status == OK}
+    res.acked_sends = len(sent)
+    res.acked_live = len(live_acked & sent.keys())
+    for value, op in sent.items():
+        if value not in live_acked:
+            res.lost_live += 1
+            _example(ex, "lost_live", f"{value} acked at {op.pos}, never acknowledged by a live consumer")
+    res.redelivered_reads = sum(1 for r in live_reads if r.redelivery_count > 0)
+    first: dict[str, int] = {}
+    for r in live_reads:
+        op = sent.get(r.value)
+        if op is None or op.deliver_at is None:
+            continue
+        if r.wall_ms < op.deliver_at:
+            res.early += 1
+            _example(ex, "early", f"{r.value} read at {r.wall_ms}, {op.deliver_at - r.wall_ms} ms before its time")
+        if r.value not in first:
+            first[r.value] = r.wall_ms - op.deliver_at
+    res.delayed = len(first)
+    if first:
+        late = list(first.values())
+        res.lateness_ms = {
+            "p50": percentile(late, 50),
+            "p99": percentile(late, 99),
+            "max": float(max(late)),
+        }
+    return res

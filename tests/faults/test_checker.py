@@ -118,3 +118,33 @@ def test_counts_are_reported() -> None:
     counts = res.counts()
     assert counts["attempted"] == 2 and counts["unknown"] == 1 and "examples" not in counts
     assert "lost=0" in res.summary()
+
+
+def test_delivery_counts_early_reads_and_lateness() -> None:
+    from tests.faults.checker import delivery, percentile
+
+    ops = [op(0, i, pos=position(1, i)) for i in range(4)]
+    for i, o in enumerate(ops):
+        o.deliver_at = 1000 + i
+    reads = [
+        Read("p0-0", position(1, 0), wall_ms=1010),  # 10 ms late
+        Read("p0-1", position(1, 1), wall_ms=1000),  # 1 ms early
+        Read("p0-2", position(1, 2), wall_ms=1052),  # 50 ms late
+        Read("p0-2", position(1, 2), wall_ms=1500, redelivery_count=1),  # redelivery: lateness of the first read only
+    ]
+    res = delivery(ops, reads, {"p0-0", "p0-1", "p0-2"})
+    assert (res.early, res.lost_live, res.delayed, res.redelivered_reads) == (1, 1, 3, 1)
+    assert not res.valid
+    assert res.lateness_ms == {"p50": 10.0, "p99": 50.0, "max": 50.0}
+    assert "p0-3" in res.examples["lost_live"][0] and "p0-1" in res.examples["early"][0]
+    assert percentile([5, 1, 3], 50) == 3.0 and percentile([1], 99) == 1.0
+
+
+def test_delivery_of_a_complete_live_run_is_valid() -> None:
+    from tests.faults.checker import delivery
+
+    ops = [op(0, i, pos=position(1, i)) for i in range(3)]
+    reads = [Read(o.value, o.pos, wall_ms=5) for o in ops]
+    res = delivery(ops, reads, {o.value for o in ops})
+    assert res.valid, res.summary()
+    assert res.lateness_ms == {} and res.acked_live == 3
