@@ -9,6 +9,19 @@ Appends are pipelined: the broker calls ``add_entry`` for each entry without wai
 previous one, and the ledger handle acknowledges them in entry order. Roll-over stops new appends,
 waits for the in-flight ones to drain, closes the old ledger and opens the next, so that
 acknowledgements stay in order across ledgers too.
+
+Each entry's message count (``add_entry(..., messages=n)``; a producer batch is one entry of n
+messages) is kept per ledger (``counts.LedgerCounts``) so that cursors count their backlog in
+messages. A ledger's counts are stored when it is closed (roll-over or close), under
+``{managed ledger}/ledger-counts/{ledger id}`` and only when some entry holds other than one
+message; the ledger list records each closed ledger's message total (``msgs``), which says
+whether to look for that key. The ledger a crashed writer left open has no stored counts: its
+entries are read back once when it is recovered (``entry_messages`` decodes the count of one
+entry; without it, or for data written before counts existed, an entry counts as one message).
+
+Non-durable cursors (readers) live in ``non_durable_cursors``, apart from the durable ones in
+``cursors``: they are never stored or loaded, and they do not hold back trimming (when their
+ledgers are trimmed they move up to the first remaining entry, as Pulsar's NonDurableCursor).
 """
 
 from __future__ import annotations
@@ -26,11 +39,15 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.read_handle import ReadHandle
 from magnetar.ledger.write_handle import WriteHandle
 from magnetar.managed_ledger.config import ManagedLedgerConfig
+from magnetar.managed_ledger.counts import LedgerCounts
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.position import EARLIEST, Position
 from magnetar.metadata import paths
 from magnetar.metadata.store import ANY_VERSION, MUST_NOT_EXIST, MetadataStore
-from magnetar.protocol.errors import AlreadyClosed, BadVersion, PersistenceError
+from magnetar.protocol.errors import AlreadyClosed, BadVersion, NotFound, PersistenceError
+
+# Entries read per request when counting the messages of a recovered ledger.
+_COUNT_READ_CHUNK = 500
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +64,17 @@ class LedgerInfo:
 class ManagedLedger:
     """The log of one topic. Create with ``await ManagedLedger.open(...)``."""
 
-    def __init__(self, name: str, store: MetadataStore, ledgers: LedgerManager, config: ManagedLedgerConfig) -> None:
+    def __init__(
+        self,
+        name: str,
+        store: MetadataStore,
+        ledgers: LedgerManager,
+        config: ManagedLedgerConfig,
+        entry_messages: Callable[[bytes], int] | None = None,
+    ) -> None:
         self.name = name
+        self._entry_messages = entry_messages
+        self._counts: dict[int, LedgerCounts] = {}
         self._store = store
         self._ledgers = ledgers
         self.config = config
@@ -72,6 +98,7 @@ class ManagedLedger:
                 asyncio.Future[tuple[WriteHandle, asyncio.Future[int]]],
                 bytes,
                 Callable[[], BaseException | None] | None,
+                int,
             ]
         ] = deque()
         self._read_handles: dict[int, ReadHandle] = {}
@@ -79,6 +106,7 @@ class ManagedLedger:
         self._cache_bytes = 0
         self._closed = False
         self.cursors: dict[str, ManagedCursor] = {}
+        self.non_durable_cursors: dict[str, ManagedCursor] = {}
         self._listeners: list[Callable[[], None]] = []
         self._trim_task: asyncio.Task[list[int]] | None = None
 
@@ -90,15 +118,23 @@ class ManagedLedger:
     def cursor_path(self, cursor: str) -> str:
         return paths.managed_ledger_cursor(self.name, cursor)
 
+    @property
+    def counts_folder(self) -> str:
+        return f"{self.meta_path}/ledger-counts"
+
+    def counts_path(self, ledger_id: int) -> str:
+        """Where a closed ledger's per-entry message counts are stored (module docstring)."""
+        return f"{self.counts_folder}/{int(ledger_id)}"
+
     def _meta_doc(self) -> bytes:
-        return json.dumps(
-            {
-                "ledgers": [
-                    {"id": i.ledger_id, "entries": i.entries, "size": i.size, "closed_at": i.closed_at}
-                    for i in self._infos.values()
-                ]
-            }
-        ).encode()
+        ledgers: list[dict[str, Any]] = []
+        for i in self._infos.values():
+            rec: dict[str, Any] = {"id": i.ledger_id, "entries": i.entries, "size": i.size, "closed_at": i.closed_at}
+            counts = self._counts.get(i.ledger_id)
+            if i.closed_at and counts is not None:
+                rec["msgs"] = counts.upto(i.entries - 1)
+            ledgers.append(rec)
+        return json.dumps({"ledgers": ledgers}).encode()
 
     async def _write_meta(self) -> None:
         try:
@@ -112,9 +148,18 @@ class ManagedLedger:
     # ------------------------------------------------------------------ opening
     @classmethod
     async def open(
-        cls, name: str, store: MetadataStore, ledgers: LedgerManager, config: ManagedLedgerConfig
+        cls,
+        name: str,
+        store: MetadataStore,
+        ledgers: LedgerManager,
+        config: ManagedLedgerConfig,
+        *,
+        entry_messages: Callable[[bytes], int] | None = None,
     ) -> ManagedLedger:
-        ml = cls(name, store, ledgers, config)
+        """Open (creating or recovering) the managed ledger ``name``. ``entry_messages`` gives
+        the message count of a stored entry; it is used only to count the entries of a ledger a
+        crashed writer left open."""
+        ml = cls(name, store, ledgers, config, entry_messages)
         await ml._initialize()
         return ml
 
@@ -141,6 +186,13 @@ class ManagedLedger:
                     await self._ledgers.delete(info.ledger_id)
                     self._read_handles.pop(info.ledger_id, None)
                     continue
+                if "msgs" in rec:
+                    self._counts[info.ledger_id] = await self._load_counts(info.ledger_id, info.entries, rec["msgs"])
+                else:  # its writer died before recording them: count them from the entries
+                    self._counts[info.ledger_id] = await self._count_entries(handle, info.entries)
+                    await self._store_counts(info.ledger_id)
+            else:
+                self._counts[info.ledger_id] = await self._load_counts(info.ledger_id, info.entries, rec.get("msgs"))
             self._infos[info.ledger_id] = info
             self._ids.append(info.ledger_id)
         await self._create_ledger()
@@ -159,8 +211,91 @@ class ManagedLedger:
         self._issued_bytes = 0
         info = LedgerInfo(handle.ledger_id, 0, 0)
         self._infos[handle.ledger_id] = info
+        self._counts[handle.ledger_id] = LedgerCounts()
         self._ids.append(handle.ledger_id)
         await self._write_meta()
+
+    # ------------------------------------------------------------------ message counts
+    async def _load_counts(self, ledger_id: int, entries: int, msgs: Any) -> LedgerCounts:
+        """A closed ledger's counts: uniform unless its recorded total says otherwise."""
+        if msgs is None or int(msgs) == entries:
+            return LedgerCounts.uniform(entries)
+        found = await self._store.get(self.counts_path(ledger_id))
+        if found is not None:
+            try:
+                counts = LedgerCounts.decode(found.value.decode())
+            except Exception:
+                log.warning("message counts of ledger %s of %s are unreadable", ledger_id, self.name)
+            else:
+                if counts.entries >= entries:
+                    counts.truncate(entries)
+                    return counts
+        log.warning("message counts of ledger %s of %s are missing: one per entry", ledger_id, self.name)
+        return LedgerCounts.uniform(entries)
+
+    async def _count_entries(self, handle: ReadHandle, entries: int) -> LedgerCounts:
+        """Read a recovered ledger back to count its messages (once, at recovery)."""
+        count = self._entry_messages
+        if count is None:
+            return LedgerCounts.uniform(entries)
+        counts = LedgerCounts()
+        try:
+            for first in range(0, entries, _COUNT_READ_CHUNK):
+                last = min(entries - 1, first + _COUNT_READ_CHUNK - 1)
+                for data in await handle.read(first, last):
+                    try:
+                        counts.append(count(data))
+                    except Exception:
+                        counts.append(1)
+        except Exception as exc:
+            log.warning(
+                "could not count the messages of recovered ledger %s of %s: %s", handle.ledger_id, self.name, exc
+            )
+            return LedgerCounts.uniform(entries)
+        return counts
+
+    async def _store_counts(self, ledger_id: int) -> None:
+        """Store a closed ledger's counts (only when not uniform), before the ledger list that
+        records it as closed, so that a reader of that list always finds them."""
+        counts = self._counts.get(ledger_id)
+        info = self._infos.get(ledger_id)
+        if counts is None:
+            return
+        if info is not None:
+            counts.truncate(info.entries)
+        if not counts.is_uniform:
+            await self._store.put(self.counts_path(ledger_id), counts.encode().encode())
+
+    async def _delete_counts(self, ledger_id: int) -> None:
+        self._counts.pop(ledger_id, None)
+        try:
+            await self._store.delete(self.counts_path(ledger_id))
+        except NotFound:
+            pass
+
+    def messages_of(self, pos: Position) -> int:
+        """Messages held by the stored entry at ``pos`` (0 when there is none)."""
+        info = self._infos.get(pos.ledger_id)
+        counts = self._counts.get(pos.ledger_id)
+        if info is None or counts is None or not 0 <= pos.entry_id < info.entries:
+            return 0
+        return counts.of_entry(pos.entry_id)
+
+    def messages_after(self, pos: Position) -> int:
+        """Messages in the stored entries strictly after ``pos`` (backlog arithmetic)."""
+        total = 0
+        for lid in self._ids:
+            if lid < pos.ledger_id:
+                continue
+            n = self._infos[lid].entries
+            counts = self._counts.get(lid) or LedgerCounts.uniform(n)
+            everything = counts.upto(n - 1)
+            total += everything if lid > pos.ledger_id else everything - counts.upto(min(pos.entry_id, n - 1))
+        return total
+
+    @property
+    def total_messages(self) -> int:
+        return self.messages_after(self.first_position)
 
     # ------------------------------------------------------------------ writing
     def add_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
@@ -169,9 +304,14 @@ class ManagedLedger:
         return lambda: self._listeners.remove(callback)
 
     async def add_entry(
-        self, data: bytes, *, precondition: Callable[[], BaseException | None] | None = None
+        self,
+        data: bytes,
+        *,
+        precondition: Callable[[], BaseException | None] | None = None,
+        messages: int = 1,
     ) -> Position:
-        """Append one entry; returns its position once it is durable on Qa bookies.
+        """Append one entry holding ``messages`` messages; returns its position once it is
+        durable on Qa bookies.
 
         Entries are issued to the ledger strictly in call order. An add that arrives while a
         roll-over is under way joins a FIFO queue that the roll-over drains synchronously, so
@@ -188,10 +328,10 @@ class ManagedLedger:
                     raise self._roll_error
                 self._start_rollover()
             ticket: asyncio.Future[tuple[WriteHandle, asyncio.Future[int]]] = asyncio.get_running_loop().create_future()
-            self._queue.append((ticket, data, precondition))
+            self._queue.append((ticket, data, precondition, messages))
             handle, pending = await ticket
         else:
-            handle, pending = self._issue(data, precondition)
+            handle, pending = self._issue(data, precondition, messages)
         try:
             entry_id = await pending
         except Exception:
@@ -211,7 +351,7 @@ class ManagedLedger:
         return pos
 
     def _issue(
-        self, data: bytes, precondition: Callable[[], BaseException | None] | None
+        self, data: bytes, precondition: Callable[[], BaseException | None] | None, messages: int = 1
     ) -> tuple[WriteHandle, asyncio.Future[int]]:
         """Hand one entry to the current ledger, synchronously (this fixes its entry id)."""
         if precondition is not None:
@@ -222,6 +362,8 @@ class ManagedLedger:
             raise AlreadyClosed(f"managed ledger {self.name} is closed")
         handle = self._current
         pending = handle.append_nowait(data)
+        # Entry ids are fixed here, in call order: the counts follow the same order.
+        self._counts[handle.ledger_id].append(messages)
         self._issued += 1
         self._issued_bytes += len(data)
         self._inflight += 1
@@ -239,7 +381,7 @@ class ManagedLedger:
         while self._queue:
             if self._roll_error is not None:
                 error = self._roll_error
-                for ticket, _, _ in self._queue:
+                for ticket, _, _, _ in self._queue:
                     if not ticket.done():
                         ticket.set_exception(error)
                 self._queue.clear()
@@ -247,11 +389,11 @@ class ManagedLedger:
             if self._should_roll():
                 self._start_rollover()  # the rest wait for the next ledger, still in order
                 return
-            ticket, data, precondition = self._queue.popleft()
+            ticket, data, precondition, messages = self._queue.popleft()
             if ticket.done():
                 continue
             try:
-                ticket.set_result(self._issue(data, precondition))
+                ticket.set_result(self._issue(data, precondition, messages))
             except Exception as exc:
                 ticket.set_exception(exc)
 
@@ -288,6 +430,7 @@ class ManagedLedger:
                     log.warning("closing ledger %s of %s failed: %s", old.ledger_id, self.name, exc)
                 self._infos[old.ledger_id].entries = old.last_add_confirmed + 1
                 self._infos[old.ledger_id].closed_at = time.time()
+                await self._store_counts(old.ledger_id)
             await self._create_ledger()
             self._ledger_failed = False
             self._roll_failures = 0
@@ -435,6 +578,19 @@ class ManagedLedger:
         if await self._store.exists(self.cursor_path(name)):
             await self._store.delete(self.cursor_path(name))
 
+    def open_non_durable_cursor(self, name: str, start: Position) -> ManagedCursor:
+        """A reader's cursor (Pulsar's NonDurableCursor): mark-delete ``start`` (raised to just
+        before the oldest stored entry when older), in memory only, not counted by trimming.
+        Opening a name that is open returns that cursor."""
+        cursor = self.non_durable_cursors.get(name)
+        if cursor is None:
+            cursor = ManagedCursor(self, name, max(start, self.first_position), durable=False)
+            self.non_durable_cursors[name] = cursor
+        return cursor
+
+    def close_non_durable_cursor(self, name: str) -> None:
+        self.non_durable_cursors.pop(name, None)
+
     # ------------------------------------------------------------------ trimming
     def trimmable(self, now: float | None = None) -> list[int]:
         """Closed ledgers every cursor has passed that retention no longer keeps, oldest first.
@@ -488,11 +644,18 @@ class ManagedLedger:
             del self._infos[lid]
             self._read_handles.pop(lid, None)
         await self._write_meta()
+        first = self.first_position
+        for reader in self.non_durable_cursors.values():
+            reader.skip_to(first)
         for lid in doomed:
             try:
                 await self._ledgers.delete(lid)
             except Exception:
                 log.warning("ledger %s of %s trimmed from metadata but not deleted on bookies", lid, self.name)
+            try:
+                await self._delete_counts(lid)
+            except Exception:
+                log.warning("message counts of trimmed ledger %s of %s not deleted", lid, self.name)
         for pos in [p for p in self._cache if p.ledger_id in doomed]:
             self._cache_bytes -= len(self._cache.pop(pos))
         log.info("managed ledger %s trimmed ledgers %s", self.name, doomed)
@@ -508,24 +671,35 @@ class ManagedLedger:
             await asyncio.gather(self._trim_task, return_exceptions=True)
         for cursor in self.cursors.values():
             await cursor.close()
+        self.non_durable_cursors.clear()
         while self._rollover_task is not None and not self._rollover_task.done():
             await asyncio.shield(self._rollover_task)
         await self._drained.wait()
         if self._current is not None:
             await self._current.close()
-            self._infos[self._current.ledger_id].entries = self._current.last_add_confirmed + 1
-            self._infos[self._current.ledger_id].closed_at = time.time()
+            lid = self._current.ledger_id
+            self._infos[lid].entries = self._current.last_add_confirmed + 1
+            self._infos[lid].closed_at = time.time()
             self._current = None
+            try:
+                await self._store_counts(lid)
+            except Exception as exc:  # the ledger list still says how many; readers fall back
+                log.warning("could not store the message counts of ledger %s of %s: %s", lid, self.name, exc)
             try:
                 await self._write_meta()
             except PersistenceError:
                 log.warning("could not record the final state of %s", self.name)
 
     async def delete(self) -> None:
-        """Close, then delete every ledger, every cursor and the metadata."""
+        """Close, then delete every ledger, every cursor, the message counts and the metadata."""
         await self.close()
         for name in list(self.cursors):
             await self.delete_cursor(name)
         for lid in self._ids:
             await self._ledgers.delete(lid)
+        for leftover in await self._store.children(self.counts_folder):
+            try:
+                await self._store.delete(f"{self.counts_folder}/{leftover}")
+            except NotFound:
+                pass
         await self._store.delete(self.meta_path, ANY_VERSION)
