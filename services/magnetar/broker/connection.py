@@ -5,7 +5,16 @@ It is an ``asyncio.Protocol`` rather than a stream reader loop because the publi
 switch per frame. Outgoing frames are buffered and written once per event-loop iteration.
 
 Bad input never reaches storage: an undecodable or oversized frame, a value that is not a
-command, or an unknown command gets one error frame and closes this connection only.
+command, or an unknown command gets one error frame and closes this connection only. Fields of
+known commands are checked here, before anything reaches a subscription (Key_Shared ranges,
+batch-index acks, reader start ids): a bad one is ``InvalidCommand`` for that request.
+
+Readers (``subscribe`` with ``durable: false``, WIRE.md R20f) start from ``start_message_id``
+([ledger, entry, batch]); ``reader_start`` turns it into the mark-delete position of their
+in-memory cursor: [-1, -1, -1] is the earliest message, Pulsar's ``MessageId.latest`` (ledger
+2**63-1) the end of the topic, and any other id starts at that entry when ``start_inclusive``
+or when it names a batch index (the client drops the batch's messages before the index itself),
+else just after it.
 """
 
 from __future__ import annotations
@@ -13,18 +22,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from magnetar import __version__
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
+from magnetar.broker.subscription_admin import LATEST_ID, mark_delete_for_publish_time
 from magnetar.broker.topic import PersistentTopic, ServerProducer
-from magnetar.managed_ledger import Position
+from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol import commands as c
 from magnetar.protocol.checksum import crc32c
-from magnetar.protocol.entry import EntryMeta
+from magnetar.protocol.entry import EntryMeta, decode_entry
 from magnetar.protocol.errors import (
     AlreadyClosed,
     ChecksumError,
@@ -39,6 +49,86 @@ from magnetar.protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
+
+
+def _int(value: Any, what: str) -> int:
+    """An integer field (msgpack gives ints; a bool or anything else is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidCommand(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def key_ranges_of(raw: Any) -> list[tuple[int, int]] | None:
+    """Validate Key_Shared ``key_ranges``: [start, end] pairs, 0 <= start <= end < KEY_HASH_RANGE,
+    not overlapping one another (Pulsar's KeySharedPolicy.validate)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, (list, tuple)):
+        raise InvalidCommand(f"key_ranges must be a list of [start, end] pairs, got {raw!r}")
+    ranges: list[tuple[int, int]] = []
+    for item in raw:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise InvalidCommand(f"a key range is a [start, end] pair, got {item!r}")
+        start, end = _int(item[0], "a key range start"), _int(item[1], "a key range end")
+        if not 0 <= start <= end < c.KEY_HASH_RANGE:
+            raise InvalidCommand(
+                f"key range [{start}, {end}] is not within 0..{c.KEY_HASH_RANGE - 1} with start <= end"
+            )
+        ranges.append((start, end))
+    ordered = sorted(ranges)
+    for (_, end), (start, _) in itertools.pairwise(ordered):
+        if start <= end:
+            raise InvalidCommand(f"key ranges overlap: {ordered}")
+    return ranges
+
+
+def batch_acks_of(raw: Any) -> list[tuple[Position, int, list[int]]]:
+    """Validate ``batch_acks``: [[ledger, entry, count, [index, ...]], ...] with count >= 1 and
+    every index in 0..count-1."""
+    if raw is None:
+        return []
+    if not isinstance(raw, (list, tuple)):
+        raise InvalidCommand(f"batch_acks must be a list, got {raw!r}")
+    out: list[tuple[Position, int, list[int]]] = []
+    for item in raw:
+        if not isinstance(item, (list, tuple)) or len(item) != 4 or not isinstance(item[3], (list, tuple)):
+            raise InvalidCommand(f"a batch ack is [ledger, entry, count, [index, ...]], got {item!r}")
+        ledger, entry, count = _int(item[0], "ledger"), _int(item[1], "entry"), _int(item[2], "count")
+        if count < 1:
+            raise InvalidCommand(f"a batch ack's count must be at least 1, got {count}")
+        indexes = [_int(i, "batch index") for i in item[3]]
+        if any(not 0 <= i < count for i in indexes):
+            raise InvalidCommand(f"batch indexes {indexes} are not all within 0..{count - 1}")
+        out.append((Position(ledger, entry), count, indexes))
+    return out
+
+
+def message_id_of(raw: Any) -> tuple[int, int, int] | None:
+    """A wire message id [ledger, entry, batch] (batch may be left out: -1)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, (list, tuple)) or len(raw) not in (2, 3):
+        raise InvalidCommand(f"a message id is [ledger, entry, batch], got {raw!r}")
+    ledger, entry = _int(raw[0], "ledger"), _int(raw[1], "entry")
+    batch = _int(raw[2], "batch index") if len(raw) == 3 else -1
+    return ledger, entry, batch
+
+
+def reader_start(ml: ManagedLedger, start: tuple[int, int, int] | None, inclusive: bool, earliest: bool) -> Position:
+    """The mark-delete position of a reader's cursor (module docstring)."""
+    if start is None:
+        return ml.first_position if earliest else ml.last_confirmed
+    ledger, entry, batch = start
+    if ledger < 0:
+        return ml.first_position
+    if ledger >= LATEST_ID:
+        last = ml.last_confirmed
+        if inclusive and ml.is_readable(last):
+            return Position(last.ledger_id, last.entry_id - 1)
+        return last
+    if inclusive or batch >= 0:
+        return Position(ledger, entry - 1)
+    return Position(ledger, entry)
 
 
 class ServerConnection(asyncio.Protocol):
@@ -71,6 +161,9 @@ class ServerConnection(asyncio.Protocol):
             c.CLOSE_CONSUMER: self._close_consumer,
             c.UNSUBSCRIBE: self._unsubscribe,
             c.SEEK: self._seek,
+            c.SEEK_PUBLISH_TIME: self._seek_publish_time,
+            c.GET_LAST_MESSAGE_ID: self._get_last_message_id,
+            c.GET_TOPICS_OF_NAMESPACE: self._get_topics_of_namespace,
         }
 
     # ------------------------------------------------------------------ transport
@@ -280,26 +373,74 @@ class ServerConnection(asyncio.Protocol):
         name = TopicName.parse(cmd["topic"])
         cid = int(cmd["consumer_id"])
         sub_name = str(cmd["subscription"])
+        sub_type = str(cmd["sub_type"])
         if not sub_name or "/" in sub_name:
             raise InvalidCommand(f"subscription name must be non-empty and contain no '/': {sub_name!r}")
+        priority_level = _int(cmd.get("priority_level", 0), "priority_level")
+        key_shared_mode = cmd.get("key_shared_mode")
+        if key_shared_mode is not None and key_shared_mode not in (c.KEY_SHARED_AUTO_SPLIT, c.KEY_SHARED_STICKY):
+            raise InvalidCommand(f"key_shared_mode must be AUTO_SPLIT or STICKY, got {key_shared_mode!r}")
+        key_ranges = key_ranges_of(cmd.get("key_ranges"))
+        if key_shared_mode == c.KEY_SHARED_STICKY and not key_ranges:
+            raise InvalidCommand("a STICKY Key_Shared consumer must declare key_ranges")
+        durable = bool(cmd.get("durable", True))
+        start = message_id_of(cmd.get("start_message_id"))
+        inclusive = bool(cmd.get("start_inclusive", False))
+        earliest = cmd.get("initial_position", "Latest") == "Earliest"
 
         async def run() -> None:
             if cid in self.consumers:
                 raise InvalidCommand(f"consumer id {cid} is already in use on this connection")
             topic = await self.service.get_topic(name)
-            consumer = ServerConsumer(cid, str(cmd.get("consumer_name") or f"consumer-{self.id}-{cid}"), self)
-            earliest = cmd.get("initial_position", "Latest") == "Earliest"
-            sub = await topic.subscribe(sub_name, str(cmd["sub_type"]), consumer, earliest=earliest)
+            consumer = ServerConsumer(
+                cid,
+                str(cmd.get("consumer_name") or f"consumer-{self.id}-{cid}"),
+                self,
+                priority_level=priority_level,
+                key_shared_mode=key_shared_mode,
+                key_ranges=key_ranges,
+                allow_out_of_order=bool(cmd.get("allow_out_of_order", False)),
+            )
+            if durable:
+                sub = await topic.subscribe(sub_name, sub_type, consumer, earliest=earliest)
+            else:
+                sub = await topic.subscribe(
+                    sub_name,
+                    sub_type,
+                    consumer,
+                    earliest=earliest,
+                    durable=False,
+                    start=reader_start(topic.ml, start, inclusive, earliest),
+                )
             self.consumers[cid] = (consumer, sub, topic)
             self.write(c.success(cmd["rid"]))
 
         self._spawn(cmd["rid"], run())
 
     def send_message(
-        self, consumer_id: int, pos: Position, meta: EntryMeta, payload: bytes, redelivery_count: int
+        self,
+        consumer_id: int,
+        pos: Position,
+        meta: EntryMeta,
+        payload: bytes,
+        redelivery_count: int,
+        acked: Sequence[int] | None = None,
     ) -> None:
-        self.service.metrics.msgs_out.inc(int(meta.get("n", 1)))
-        self.write(c.message(consumer_id, pos.ledger_id, pos.entry_id, meta, payload, redelivery_count))
+        self.service.metrics.msgs_out.inc(int(meta.get("n", 1)) - (len(acked) if acked else 0))
+        self.write(
+            c.message(
+                consumer_id,
+                pos.ledger_id,
+                pos.entry_id,
+                meta,
+                payload,
+                redelivery_count,
+                sorted(acked) if acked else None,
+            )
+        )
+
+    def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
+        self.write(c.active_consumer_change(consumer_id, is_active))
 
     def _consumer(self, consumer_id: int) -> tuple[ServerConsumer, Subscription, PersistentTopic]:
         entry = self.consumers.get(int(consumer_id))
@@ -313,8 +454,15 @@ class ServerConnection(asyncio.Protocol):
 
     def _ack(self, cmd: c.Ack) -> None:
         consumer, sub, _ = self._consumer(cmd["consumer_id"])
-        positions = [Position(int(p[0]), int(p[1])) for p in cmd["positions"]]
-        fut = sub.ack(consumer, str(cmd["kind"]), positions)
+        kind = str(cmd["kind"])
+        if kind not in (c.ACK_INDIVIDUAL, c.ACK_CUMULATIVE):
+            raise InvalidCommand(f"ack kind must be individual or cumulative, got {kind!r}")
+        raw = cmd["positions"]
+        if not isinstance(raw, (list, tuple)) or any(not isinstance(p, (list, tuple)) or len(p) != 2 for p in raw):
+            raise InvalidCommand(f"positions must be [[ledger, entry], ...], got {raw!r}")
+        positions = [Position(_int(p[0], "ledger"), _int(p[1], "entry")) for p in raw]
+        batch_acks = batch_acks_of(cmd.get("batch_acks"))
+        fut = sub.ack(consumer, kind, positions, batch_acks)
         rid = cmd.get("rid")
         if rid is None:
             return
@@ -355,18 +503,57 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(cmd["rid"], run())
 
     def _seek(self, cmd: c.Seek) -> None:
-        consumer, sub, _ = self._consumer(cmd["consumer_id"])
+        _consumer, sub, _ = self._consumer(cmd["consumer_id"])
         lid, eid = (int(x) for x in cmd["position"])
 
         async def run() -> None:
-            for pos in list(consumer.unacked):
-                consumer.unacked.pop(pos, None)
-                sub.owner.pop(pos, None)
-            sub.redeliver.clear()
             target = sub.ml.first_readable(Position(lid, eid))
             before = Position(lid, eid - 1) if target is None else Position(target.ledger_id, target.entry_id - 1)
-            await sub.cursor.reset(before)
-            sub.schedule()
+            await sub.reset(before)
             self.write(c.success(cmd["rid"]))
+
+        self._spawn(cmd["rid"], run())
+
+    def _seek_publish_time(self, cmd: c.SeekPublishTime) -> None:
+        """R20a: deliver again from the first entry published at or after ``publish_time``
+        (binary search on publish times, then a bounded walk back: managed_ledger/search.py)."""
+        _consumer, sub, _ = self._consumer(cmd["consumer_id"])
+        publish_time = _int(cmd["publish_time"], "publish_time")
+
+        async def run() -> None:
+            await sub.reset(await mark_delete_for_publish_time(sub.ml, publish_time))
+            self.write(c.success(cmd["rid"]))
+
+        self._spawn(cmd["rid"], run())
+
+    def _get_last_message_id(self, cmd: c.GetLastMessageId) -> None:
+        """R20f: the topic's last message id and the subscription's mark-delete position."""
+        _consumer, sub, topic = self._consumer(cmd["consumer_id"])
+
+        async def run() -> None:
+            ml = topic.ml
+            last = ml.last_confirmed
+            ledger, entry, batch = -1, -1, -1
+            if ml.is_readable(last):
+                got = await ml.read_entries(last, 1)
+                if got and got[0][0] == last:
+                    meta, _ = decode_entry(got[0][1])
+                    ledger, entry = last
+                    batch = int(meta.get("n", 1)) - 1 if meta.get("b") else -1
+            md = sub.cursor.mark_delete
+            self.write(c.last_message_id_response(cmd["rid"], ledger, entry, batch, [md.ledger_id, md.entry_id]))
+
+        self._spawn(cmd["rid"], run())
+
+    def _get_topics_of_namespace(self, cmd: c.GetTopicsOfNamespace) -> None:
+        """R20g: answered from the metadata store, so any broker of a cluster can answer."""
+        namespace = str(cmd["namespace"])
+        parts = namespace.split("/")
+        if len(parts) != 2 or not all(parts):
+            raise InvalidCommand(f"namespace must be tenant/namespace, got {namespace!r}")
+
+        async def run() -> None:
+            topics = await self.service.resources.persistent_topics(parts[0], parts[1])
+            self.write(c.topics_of_namespace_response(cmd["rid"], topics))
 
         self._spawn(cmd["rid"], run())

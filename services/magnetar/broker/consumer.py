@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -13,8 +14,18 @@ class MessageSink(Protocol):
     """Where a consumer's messages go: the client connection (kept abstract for tests)."""
 
     def send_message(
-        self, consumer_id: int, pos: Position, meta: EntryMeta, payload: bytes, redelivery_count: int
-    ) -> None: ...
+        self,
+        consumer_id: int,
+        pos: Position,
+        meta: EntryMeta,
+        payload: bytes,
+        redelivery_count: int,
+        acked: Sequence[int] | None = None,
+    ) -> None:
+        """Push one entry; ``acked`` lists the batch indexes the client must not hand out again."""
+
+    def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
+        """Failover: tell the consumer it became (or stopped being) the active one."""
 
 
 @dataclass(eq=False, slots=True)
@@ -23,16 +34,35 @@ class ServerConsumer:
     name: str
     sink: MessageSink
     permits: int = 0
-    # Entries delivered and not yet acknowledged, with how many messages each holds.
+    # Entries delivered and not yet acknowledged, with how many of their messages are unacked.
     unacked: dict[Position, int] = field(default_factory=dict)
     msg_out: int = 0
+    # Failover and Shared: lower levels are served first (Pulsar's priorityLevel).
+    priority_level: int = 0
+    # Key_Shared: c.KEY_SHARED_AUTO_SPLIT (None means the same) or c.KEY_SHARED_STICKY with the
+    # inclusive hash ranges the consumer declared.
+    key_shared_mode: str | None = None
+    key_ranges: list[tuple[int, int]] | None = None
+    # Key_Shared: lift the recently-joined-consumers rule (the consumer accepts out-of-order keys).
+    allow_out_of_order: bool = False
 
     @property
     def unacked_messages(self) -> int:
         return sum(self.unacked.values())
 
-    def deliver(self, pos: Position, meta: EntryMeta, payload: bytes, count: int, redeliveries: int) -> None:
-        self.permits -= count
-        self.unacked[pos] = count
-        self.msg_out += count
-        self.sink.send_message(self.consumer_id, pos, meta, payload, redeliveries)
+    def deliver(
+        self,
+        pos: Position,
+        meta: EntryMeta,
+        payload: bytes,
+        count: int,
+        redeliveries: int,
+        acked: frozenset[int] | None = None,
+    ) -> None:
+        """Send one entry. Messages of a batch already acknowledged by index (``acked``) are
+        skipped by the client, so they cost no permit and do not count as unacknowledged."""
+        pending = count - len(acked) if acked else count
+        self.permits -= pending
+        self.unacked[pos] = pending
+        self.msg_out += pending
+        self.sink.send_message(self.consumer_id, pos, meta, payload, redeliveries, sorted(acked) if acked else None)

@@ -100,6 +100,34 @@ class Resources:
     async def namespace_topics(self, tenant: str, ns: str) -> list[str]:
         return await self.store.children(paths.topics_of(tenant, ns))
 
+    async def persistent_topics(self, tenant: str, ns: str) -> list[str]:
+        """Every persistent topic of a namespace (WIRE.md R20g), full names, sorted.
+
+        A topic exists through its record (created by an admin, or by the broker when a
+        producer or consumer auto-created it) or, for data written without a record, through
+        its managed ledger. A partitioned topic is listed once by its own name: the managed
+        ledgers of its partitions are folded into it."""
+        await self.get_namespace(tenant, ns)
+        names = set(await self.namespace_topics(tenant, ns))
+        partitioned: dict[str, bool] = {}
+
+        async def is_partitioned(local: str) -> bool:
+            if local not in partitioned:
+                partitioned[local] = (
+                    local in names and await self.partitions(TopicName("persistent", tenant, ns, local)) > 0
+                )
+            return partitioned[local]
+
+        ml_folder = paths.join(paths.MANAGED_LEDGERS.lstrip("/"), tenant, ns, "persistent")
+        for local in await self.store.children(ml_folder):
+            if local in names:
+                continue
+            base = TopicName("persistent", tenant, ns, local).partitioned_base
+            if base.local_name != local and await is_partitioned(base.local_name):
+                continue
+            names.add(local)
+        return sorted(str(TopicName("persistent", tenant, ns, local)) for local in names)
+
     async def delete_namespace_record(self, tenant: str, ns: str) -> None:
         await self.store.delete(paths.namespace(tenant, ns))
 

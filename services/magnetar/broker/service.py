@@ -34,6 +34,7 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedger
 from magnetar.metadata import paths
 from magnetar.metadata.store import MetadataStore
+from magnetar.protocol.entry import decode_entry
 from magnetar.protocol.errors import (
     AlreadyExists,
     InvalidTopicName,
@@ -44,6 +45,13 @@ from magnetar.protocol.errors import (
 from magnetar.protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
+
+
+def entry_messages(data: bytes) -> int:
+    """How many messages a stored entry holds (``meta.n``), for the managed ledger to count the
+    entries of a ledger recovered after a crash (backlogs count messages)."""
+    meta, _ = decode_entry(data)
+    return int(meta.get("n", 1))
 
 
 class BrokerService:
@@ -271,7 +279,7 @@ class BrokerService:
             retention_minutes=eff.retention_minutes,
             retention_mb=eff.retention_mb,
         )
-        ml = await ManagedLedger.open(name.path, self.store, self.ledgers, ml_config)
+        ml = await ManagedLedger.open(name.path, self.store, self.ledgers, ml_config, entry_messages=entry_messages)
         log.info("loaded topic %s (E/Qw/Qa %s/%s/%s)", name, eff.ensemble_size, eff.write_quorum, eff.ack_quorum)
         return PersistentTopic(str(name), ml, max_producers=eff.max_producers, max_consumers=eff.max_consumers)
 
@@ -298,7 +306,9 @@ class BrokerService:
         ):
             raise Conflict(f"topic {name} has active producers or consumers (use force)")
         if topic is None:
-            ml = await ManagedLedger.open(name.path, self.store, self.ledgers, self.config.managed_ledger)
+            ml = await ManagedLedger.open(
+                name.path, self.store, self.ledgers, self.config.managed_ledger, entry_messages=entry_messages
+            )
         else:
             self.topics.pop(key, None)
             for conn in list(self.connections):

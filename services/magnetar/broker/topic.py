@@ -1,4 +1,9 @@
-"""A persistent topic served by this broker: its managed ledger, producers and subscriptions."""
+"""A persistent topic served by this broker: its managed ledger, producers and subscriptions.
+
+Subscriptions are durable (their cursor is stored and they outlive their consumers) or, for
+readers, non-durable: the cursor lives in the managed ledger's memory only and the subscription
+goes away with its last consumer (WIRE.md R20f).
+"""
 
 from __future__ import annotations
 
@@ -88,11 +93,11 @@ class PersistentTopic:
         self.msg_in += count
         self.bytes_in += len(payload)
         entry = encode_entry(meta, payload)
-        return asyncio.get_running_loop().create_task(self._store(producer, entry))
+        return asyncio.get_running_loop().create_task(self._store(producer, entry, count))
 
-    async def _store(self, producer: ServerProducer, entry: bytes) -> Position:
+    async def _store(self, producer: ServerProducer, entry: bytes, count: int) -> Position:
         try:
-            return await self.ml.add_entry(entry, precondition=lambda: producer.fenced)
+            return await self.ml.add_entry(entry, precondition=lambda: producer.fenced, messages=count)
         except BaseException as exc:
             if producer.fenced is None:
                 producer.fenced = exc
@@ -100,19 +105,47 @@ class PersistentTopic:
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(
-        self, sub_name: str, sub_type: str, consumer: ServerConsumer, *, earliest: bool
+        self,
+        sub_name: str,
+        sub_type: str,
+        consumer: ServerConsumer,
+        *,
+        earliest: bool,
+        durable: bool = True,
+        start: Position | None = None,
     ) -> Subscription:
+        """Add ``consumer`` to subscription ``sub_name``, creating it if needed. A non-durable one
+        (a reader) starts with mark-delete ``start`` (else the start ``earliest`` says)."""
         if self.max_consumers is not None:
             total = sum(len(s.dispatcher.consumers) for s in self.subscriptions.values())
             if total >= self.max_consumers:
                 raise ConsumerBusy(f"topic {self.name} already has the maximum of {self.max_consumers} consumers")
         sub = self.subscriptions.get(sub_name)
-        if sub is None:
+        if sub is None and not durable:
+            if start is None:
+                start = self.ml.first_position if earliest else self.ml.last_confirmed
+            cursor = self.ml.open_non_durable_cursor(sub_name, start)
+            sub = Subscription(self.name, self.ml, cursor, sub_type, durable=False)
+            sub.on_last_consumer = self._drop_non_durable
+            self.subscriptions[sub_name] = sub
+        elif sub is None:
             cursor = await self.ml.open_cursor(sub_name, start_at_earliest=earliest)
             sub = self.subscriptions.get(sub_name) or Subscription(self.name, self.ml, cursor, sub_type)
             self.subscriptions[sub_name] = sub
-        sub.add_consumer(consumer, sub_type)
+        try:
+            sub.add_consumer(consumer, sub_type)
+        except BaseException:
+            if not sub.durable and not sub.dispatcher.consumers:
+                self._drop_non_durable(sub)
+            raise
         return sub
+
+    def _drop_non_durable(self, sub: Subscription) -> None:
+        """A reader's subscription lost its last consumer: it and its in-memory cursor go."""
+        if self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]
+        sub.close()
+        self.ml.close_non_durable_cursor(sub.name)
 
     async def unsubscribe(self, sub_name: str) -> None:
         sub = self.subscriptions.pop(sub_name, None)

@@ -1,30 +1,28 @@
-"""Dispatchers: which consumer of a subscription gets the next entry, one module per type.
-
-Exclusive and Shared are implemented. Failover and Key_Shared are refused with an explicit
-``Unsupported`` error until their modules exist; adding one is a new module registered here.
-"""
+"""Dispatchers: which consumer of a subscription gets the next entry, one module per type."""
 
 from __future__ import annotations
 
 from magnetar.broker.dispatchers.base import Dispatcher
 from magnetar.broker.dispatchers.exclusive import ExclusiveDispatcher
+from magnetar.broker.dispatchers.failover import FailoverDispatcher
+from magnetar.broker.dispatchers.key_shared import KeySharedDispatcher
 from magnetar.broker.dispatchers.shared import SharedDispatcher
 from magnetar.protocol import commands as c
-from magnetar.protocol.errors import InvalidCommand, Unsupported
+from magnetar.protocol.errors import InvalidCommand
 
 DISPATCHERS: dict[str, type[Dispatcher]] = {
     c.SUB_EXCLUSIVE: ExclusiveDispatcher,
     c.SUB_SHARED: SharedDispatcher,
+    c.SUB_FAILOVER: FailoverDispatcher,
+    c.SUB_KEY_SHARED: KeySharedDispatcher,
 }
 
 
-def dispatcher_for(sub_type: str) -> Dispatcher:
+def dispatcher_for(sub_type: str, partition_index: int = -1) -> Dispatcher:
     cls = DISPATCHERS.get(sub_type)
     if cls is None:
-        if sub_type in (c.SUB_FAILOVER, c.SUB_KEY_SHARED):
-            raise Unsupported(f"subscription type {sub_type} is not supported by this broker yet")
         raise InvalidCommand(f"unknown subscription type {sub_type!r}")
-    return cls()
+    return cls(partition_index)
 
 
 __all__ = ["DISPATCHERS", "Dispatcher", "dispatcher_for"]

@@ -1,4 +1,11 @@
-"""The dispatcher seam: consumer membership and the choice of consumer for each entry."""
+"""The dispatcher seam: consumer membership and the choice of consumer for each entry.
+
+A dispatcher knows only its consumers and their permits; the subscription owns everything about
+entries (reading, redelivery, acknowledgements). Two class attributes tell the subscription how to
+treat entries for this type: ``delays_messages`` (entries with a deliver-at time wait for it,
+WIRE.md R20e) and ``by_key`` (entries are routed by the hash of their key through ``select``,
+Key_Shared, instead of ``pick``).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,12 @@ from magnetar.broker.consumer import ServerConsumer
 
 class Dispatcher(ABC):
     sub_type: str = ""
+    delays_messages: bool = False
+    by_key: bool = False
 
-    def __init__(self) -> None:
+    def __init__(self, partition_index: int = -1) -> None:
+        # The partition this subscription's topic is (-1: not a partition); Failover uses it.
+        self.partition_index = partition_index
         self.consumers: list[ServerConsumer] = []
 
     def add(self, consumer: ServerConsumer) -> None:
@@ -21,6 +32,11 @@ class Dispatcher(ABC):
         if consumer in self.consumers:
             self.consumers.remove(consumer)
 
+    @property
+    def active_consumer(self) -> ServerConsumer | None:
+        """The one consumer entries go to, for the single-active types (else None)."""
+        return None
+
     def has_permits(self) -> bool:
         return any(c.permits > 0 for c in self.consumers)
 
@@ -30,3 +46,11 @@ class Dispatcher(ABC):
     @abstractmethod
     def pick(self) -> ServerConsumer | None:
         """The consumer that gets the next entry, or None when no consumer can take one."""
+
+    def select(self, key_hash: int) -> ServerConsumer | None:
+        """Key_Shared: the consumer owning ``key_hash``, with or without permits."""
+        raise NotImplementedError(f"{self.sub_type} does not route by key")
+
+    def consumer_stats(self, consumer: ServerConsumer) -> dict[str, object]:
+        """Type-specific fields of a consumer's stats."""
+        return {}

@@ -16,6 +16,10 @@ class ExclusiveDispatcher(Dispatcher):
             raise ConsumerBusy("exclusive subscription already has a consumer")
         super().add(consumer)
 
+    @property
+    def active_consumer(self) -> ServerConsumer | None:
+        return self.consumers[0] if self.consumers else None
+
     def pick(self) -> ServerConsumer | None:
         if self.consumers and self.consumers[0].permits > 0:
             return self.consumers[0]
