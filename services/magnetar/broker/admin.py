@@ -5,14 +5,24 @@ the request there (``_forward``), so the admin API can be reached through any br
 routes (``/admin/v2/bookies...``) are registered from ``admin_bookies``.
 
 Errors follow Pulsar: a JSON body ``{"reason": "..."}`` with 400 for invalid input, 404 for a
-missing tenant/namespace/topic, 409 for "already exists" or "still in use", 412 for a
-precondition (partitions decreased, backlog quota above retention).
+missing tenant/namespace/topic/subscription, 405 for an operation Pulsar does not allow on a
+partitioned topic, 409 for "already exists" or "still in use", 412 for a precondition
+(partitions decreased, backlog quota above retention).
+
+The subscription verbs (reset cursor, skip, clear backlog, expire, peek) are Pulsar's paths under
+``.../{topic}/subscription/{sub}/``; what they do is in ``subscription_admin``. On a partitioned
+topic, reset by time, clear backlog and expire apply to every partition (each on its owner), a
+reset by message id to the partition its ``partitionIndex`` names; skip and peek are refused
+(405) as in Pulsar.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
+import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +30,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from magnetar.broker import subscription_admin as sa
 from magnetar.broker.admin_bookies import add_bookie_routes
 from magnetar.broker.policies import POLICY_ENDPOINTS, PolicyError, unenforced
 from magnetar.broker.resources import Conflict
@@ -43,9 +54,15 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+class NotAllowed(MagnetarError):
+    """HTTP 405: an operation Pulsar refuses on this kind of topic."""
+
+
 def _status_for(exc: MagnetarError) -> int:
     if isinstance(exc, PolicyError):
         return exc.status
+    if isinstance(exc, NotAllowed):
+        return 405
     if isinstance(exc, (TenantNotFound, NamespaceNotFound, TopicNotFound, NotFound)):
         return 404
     if isinstance(exc, (AlreadyExists, Conflict)):
@@ -72,6 +89,54 @@ async def _body(request: web.Request) -> Any:
 
 def _force(request: web.Request) -> bool:
     return request.query.get("force", "false").lower() == "true"
+
+
+def _int_param(request: web.Request, key: str) -> int:
+    raw = request.match_info[key]
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidCommand(f"{key} must be an integer, got {raw!r}") from None
+
+
+def _http_date(ms: int) -> str:
+    """Pulsar's DateFormatter (ISO-8601 with milliseconds), in UTC."""
+    stamp = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def _header_value(value: str) -> str:
+    return value.replace("\r", " ").replace("\n", " ")
+
+
+# A property key that can be part of a header name (RFC 9110 token characters).
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+def peek_headers(msg: sa.PeekedMessage) -> dict[str, str]:
+    """Pulsar's peek headers for one message, plus ``X-Pulsar-batch-index`` (ours: Pulsar sends
+    the whole batch entry, this API sends the one message)."""
+    meta = msg.meta
+    headers = {"X-Pulsar-Message-ID": f"{msg.position.ledger_id}:{msg.position.entry_id}"}
+    if msg.batch_index >= 0:
+        headers["X-Pulsar-batch-index"] = str(msg.batch_index)
+    if "pt" in meta:
+        headers["X-Pulsar-publish-time"] = _http_date(int(meta["pt"]))
+    if msg.event_time > 0:
+        headers["X-Pulsar-event-time"] = _http_date(msg.event_time)
+    if "dt" in meta:
+        headers["X-Pulsar-deliver-at-time"] = _http_date(int(meta["dt"]))
+    if "pn" in meta:
+        headers["X-Pulsar-producer-name"] = _header_value(str(meta["pn"]))
+    headers["X-Pulsar-sequence-id"] = str(msg.sequence_id)
+    if msg.partition_key is not None:
+        headers["X-Pulsar-partition-key"] = _header_value(msg.partition_key)
+    if msg.properties:
+        headers["X-Pulsar-PROPERTY"] = json.dumps(msg.properties)
+        for key, value in msg.properties.items():
+            if _TOKEN.match(key):  # the others are in the JSON of X-Pulsar-PROPERTY only
+                headers[f"X-Pulsar-PROPERTY-{key}"] = _header_value(value)
+    return headers
 
 
 class AdminServer:
@@ -124,6 +189,14 @@ class AdminServer:
         r.add_post(base + "/{topic}/partitions", self.update_partitions)
         r.add_delete(base + "/{topic}/partitions", self.delete_partitioned)
         r.add_get(base + "/{topic}/stats", self.topic_stats)
+        sub = base + "/{topic}/subscription/{sub}"
+        r.add_post(sub + "/resetcursor/{timestamp}", self.reset_cursor_to_time)
+        r.add_post(sub + "/resetcursor", self.reset_cursor_to_message_id)
+        r.add_post(sub + "/skip/{count}", self.skip_messages)
+        r.add_post(sub + "/skip_all", self.skip_all_messages)
+        r.add_post(sub + "/expireMessages/{seconds}", self.expire_messages)
+        r.add_post(base + "/{topic}/all_subscription/expireMessages/{seconds}", self.expire_all_subscriptions)
+        r.add_get(sub + "/position/{position}", self.peek_message)
         r.add_get(base + "/{topic}/partitioned-stats", self.partitioned_stats)
         r.add_get(base + "/{topic}/{policy}", self.get_topic_policy)
         r.add_post(base + "/{topic}/{policy}", self.set_topic_policy)
@@ -231,13 +304,20 @@ class AdminServer:
 
     @staticmethod
     async def _proxy(method: str, url: str, body: bytes = b"") -> web.Response:
-        """Ask another broker's admin API and hand its answer back as is."""
+        """Ask another broker's admin API and hand its answer back as is (body, content type
+        and Pulsar's ``X-Pulsar-*`` headers)."""
         async with (
             aiohttp.ClientSession() as session,
             session.request(method, url, data=body or None, headers={"Content-Type": "application/json"}) as resp,
         ):
             payload = await resp.read()
-            return web.Response(status=resp.status, body=payload, content_type="application/json")
+            headers = {k: v for k, v in resp.headers.items() if k.lower().startswith("x-pulsar-")}
+            return web.Response(
+                status=resp.status,
+                body=payload,
+                content_type=resp.content_type or "application/json",
+                headers=headers,
+            )
 
     async def _forward(self, request: web.Request, name: TopicName) -> web.Response | None:
         return await self._call_owner(name, request.method, request.path_qs, await request.read())
@@ -417,3 +497,127 @@ class AdminServer:
         field = self._policy_field(request)
         await self.service.resources.set_topic_policy(self._topic(request), field, None)
         return web.Response(status=204)
+
+    # ------------------------------------------------------------------ subscriptions
+    async def _each_topic(
+        self, request: web.Request, *, partitioned: str = "all", partition: int = -1, what: str = ""
+    ) -> tuple[TopicName, list[TopicName]]:
+        """The topic named in ``request`` and the (non-partitioned) topics the verb runs on:
+        itself, every partition (``partitioned="all"``), the ``partition``-th one
+        (``"one"``), or a 405 (``"refuse"``)."""
+        name = self._topic(request)
+        if not await self.service.resources.topic_exists(name):
+            raise TopicNotFound(f"Topic {name} not found")
+        n = await self.service.resources.partitions(name)
+        if n == 0:
+            return name, [name]
+        if partitioned == "refuse":
+            raise NotAllowed(f"{what} on a partitioned topic is not allowed")
+        if partitioned == "one":
+            if not 0 <= partition < n:
+                raise NotAllowed(f"{name} is partitioned: give the partitionIndex (0..{n - 1}) of the message id")
+            return name, [name.partition(partition)]
+        return name, [name.partition(i) for i in range(n)]
+
+    async def _on_subscriptions(
+        self,
+        request: web.Request,
+        targets: tuple[TopicName, list[TopicName]],
+        run: Callable[[Any], Awaitable[None]],
+        body: bytes = b"",
+    ) -> web.StreamResponse:
+        """Run ``run(topic)`` on each target topic at its owner; 204 when all succeeded."""
+        name, parts = targets
+        if parts == [name]:
+            forwarded = await self._forward(request, name)
+            if forwarded is not None:
+                return forwarded
+            await run(await self.service.get_topic(name, create=False))
+            return web.Response(status=204)
+        suffix = request.raw_path[len(f"/admin/v2/persistent/{name.path}") :]
+        for part in parts:
+            remote = await self._call_owner(part, request.method, f"/admin/v2/persistent/{part.path}{suffix}", body)
+            if remote is not None:
+                self._raise_for(remote)
+            else:
+                await run(await self.service.get_topic(part, create=False))
+        return web.Response(status=204)
+
+    async def reset_cursor_to_time(self, request: web.Request) -> web.StreamResponse:
+        timestamp = _int_param(request, "timestamp")
+        sub_name = request.match_info["sub"]
+
+        async def run(topic: Any) -> None:
+            await sa.reset_to_timestamp(sa.subscription_of(topic, sub_name), timestamp)
+
+        return await self._on_subscriptions(request, await self._each_topic(request), run)
+
+    async def reset_cursor_to_message_id(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        body = json.loads(raw) if raw.strip() else None
+        if not isinstance(body, dict):
+            raise InvalidCommand('the body must be a message id: {"ledgerId": ..., "entryId": ...}')
+        try:
+            ledger, entry = int(body["ledgerId"]), int(body["entryId"])
+            partition = int(body.get("partitionIndex", -1))
+        except (KeyError, TypeError, ValueError):
+            raise InvalidCommand(f"invalid message id {body!r}: ledgerId and entryId are integers") from None
+        excluded = bool(body.get("excluded", body.get("isExcluded", False))) or (
+            request.query.get("isExcluded", "false").lower() == "true"
+        )
+        sub_name = request.match_info["sub"]
+
+        async def run(topic: Any) -> None:
+            await sa.reset_to_message_id(sa.subscription_of(topic, sub_name), ledger, entry, excluded=excluded)
+
+        targets = await self._each_topic(request, partitioned="one", partition=partition)
+        return await self._on_subscriptions(request, targets, run, raw)
+
+    async def skip_messages(self, request: web.Request) -> web.StreamResponse:
+        count = _int_param(request, "count")
+        sub_name = request.match_info["sub"]
+
+        async def run(topic: Any) -> None:
+            await sa.skip(sa.subscription_of(topic, sub_name), count)
+
+        return await self._on_subscriptions(
+            request, await self._each_topic(request, partitioned="refuse", what="Skip messages"), run
+        )
+
+    async def skip_all_messages(self, request: web.Request) -> web.StreamResponse:
+        sub_name = request.match_info["sub"]
+
+        async def run(topic: Any) -> None:
+            await sa.skip_all(sa.subscription_of(topic, sub_name))
+
+        return await self._on_subscriptions(request, await self._each_topic(request), run)
+
+    async def expire_messages(self, request: web.Request) -> web.StreamResponse:
+        seconds = _int_param(request, "seconds")
+        sub_name = request.match_info["sub"]
+        now_ms = int(time.time() * 1000)
+
+        async def run(topic: Any) -> None:
+            await sa.expire(sa.subscription_of(topic, sub_name), seconds, now_ms)
+
+        return await self._on_subscriptions(request, await self._each_topic(request), run)
+
+    async def expire_all_subscriptions(self, request: web.Request) -> web.StreamResponse:
+        seconds = _int_param(request, "seconds")
+        now_ms = int(time.time() * 1000)
+
+        async def run(topic: Any) -> None:
+            for sub in list(topic.subscriptions.values()):
+                await sa.expire(sub, seconds, now_ms)
+
+        return await self._on_subscriptions(request, await self._each_topic(request), run)
+
+    async def peek_message(self, request: web.Request) -> web.StreamResponse:
+        position = _int_param(request, "position")
+        name, _ = await self._each_topic(request, partitioned="refuse", what="Peek messages")
+        forwarded = await self._forward(request, name)
+        if forwarded is not None:
+            return forwarded
+        topic = await self.service.get_topic(name, create=False)
+        msg = await sa.peek(sa.subscription_of(topic, request.match_info["sub"]), position)
+        return web.Response(body=msg.payload, headers=peek_headers(msg), content_type="application/octet-stream")

@@ -2,16 +2,27 @@
 
 It uses only the standard library (urllib) so that it works wherever the client works.
 Errors print the broker's ``reason`` and exit non-zero.
+
+The subscription verbs take pulsar-admin's flags: ``reset-cursor -s SUB (-t TIME | -m ID) [-e]``,
+``skip -s SUB -n N``, ``clear-backlog -s SUB``, ``expire-messages -s SUB -t TIME``,
+``expire-messages-all-subscriptions -t TIME`` and ``peek-messages -s SUB [-n N]``. Times are
+pulsar-admin's relative times: a number of seconds, or a number with a unit ``s``, ``m``,
+``h``, ``d``, ``w`` or ``y`` (``10m``); message ids are ``ledgerId:entryId``, ``earliest`` or
+``latest``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 from magnetar.protocol.topic_name import TopicName
@@ -44,6 +55,112 @@ def request(base: str, method: str, path: str, body: Any = None, timeout: float 
     except urllib.error.URLError as exc:
         raise AdminError(0, f"cannot reach {base}: {exc.reason}") from None
     return json.loads(raw) if raw.strip() else None
+
+
+def request_raw(base: str, method: str, path: str, timeout: float = 30) -> tuple[Mapping[str, str], bytes]:
+    """Like ``request`` for an answer that is not JSON (peek): its headers and body."""
+    req = urllib.request.Request(base.rstrip("/") + path, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return dict(resp.headers.items()), resp.read()
+    except urllib.error.HTTPError as exc:
+        text = exc.read().decode(errors="replace")
+        try:
+            reason = json.loads(text).get("reason", text)
+        except (ValueError, AttributeError):
+            reason = text
+        raise AdminError(exc.code, reason) from None
+    except urllib.error.URLError as exc:
+        raise AdminError(0, f"cannot reach {base}: {exc.reason}") from None
+
+
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+# Pulsar's MessageId.latest.
+_LATEST = 2**63 - 1
+
+
+def relative_seconds(text: str) -> int:
+    """pulsar-admin's relative time (RelativeTimeUtil): ``30`` is seconds, ``10m`` minutes,
+    and ``s``/``m``/``h``/``d``/``w``/``y`` units."""
+    text = text.strip()
+    if not text:
+        raise argparse.ArgumentTypeError("time cannot be empty")
+    unit = text[-1].lower() if text[-1].isalpha() else "s"
+    number = text[:-1] if text[-1].isalpha() else text
+    if unit not in _UNIT_SECONDS or not number.isdigit():
+        raise argparse.ArgumentTypeError(f"invalid time {text!r}: a number with an optional unit s, m, h, d, w or y")
+    return int(number) * _UNIT_SECONDS[unit]
+
+
+def message_id_body(text: str, excluded: bool) -> dict[str, Any]:
+    """The ResetCursorData body for ``-m``: ``earliest``, ``latest`` or ``ledgerId:entryId``."""
+    if text == "earliest":
+        ledger, entry = -1, -1
+    elif text == "latest":
+        ledger, entry = _LATEST, _LATEST
+    else:
+        parts = text.split(":")
+        try:
+            ledger, entry = int(parts[0]), int(parts[1])
+        except (IndexError, ValueError):
+            raise AdminError(0, f"invalid message id {text!r}: use ledgerId:entryId, earliest or latest") from None
+    return {"ledgerId": ledger, "entryId": entry, "partitionIndex": -1, "batchIndex": -1, "isExcluded": excluded}
+
+
+def hex_dump(data: bytes) -> str:
+    """A dump of ``data`` laid out like the one pulsar-admin prints (Netty's prettyHexDump)."""
+    lines = [
+        "         +-------------------------------------------------+",
+        "         |  0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f |",
+        "+--------+-------------------------------------------------+----------------+",
+    ]
+    for offset in range(0, len(data), 16):
+        row = data[offset : offset + 16]
+        hexes = " ".join(f"{b:02x}" for b in row)
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in row)
+        lines.append(f"|{offset:08x}| {hexes:<47} |{text:<16}|")
+    lines.append("+--------+-------------------------------------------------+----------------+")
+    return "\n".join(lines)
+
+
+def _millis(header: str | None) -> int | None:
+    if not header:
+        return None
+    return round(datetime.datetime.fromisoformat(header).timestamp() * 1000)
+
+
+def print_peeked(headers: Mapping[str, str], payload: bytes) -> None:
+    """One peeked message, as pulsar-admin's ``peek-messages`` prints it."""
+    h = {k.lower(): v for k, v in headers.items()}
+    msg_id = h.get("x-pulsar-message-id", "")
+    if "x-pulsar-batch-index" in h:
+        print(f"Batch Message ID: {msg_id}:{h['x-pulsar-batch-index']}")
+    else:
+        print(f"Message ID: {msg_id}")
+    print(f"Publish time: {_millis(h.get('x-pulsar-publish-time'))}")
+    print(f"Event time: {_millis(h.get('x-pulsar-event-time')) or 0}")
+    if "x-pulsar-deliver-at-time" in h:
+        print(f"Deliver at time: {_millis(h['x-pulsar-deliver-at-time'])}")
+    if "x-pulsar-partition-key" in h:
+        print(f"Key: {h['x-pulsar-partition-key']}")
+    if "x-pulsar-property" in h:
+        print("Properties:")
+        print(json.dumps(json.loads(h["x-pulsar-property"]), indent=2, sort_keys=True))
+    print(hex_dump(payload))
+
+
+def _peek(url: str, path: str, count: int) -> None:
+    for n in range(1, count + 1):
+        try:
+            headers, payload = request_raw(url, "GET", f"{path}/position/{n}")
+        except AdminError as exc:
+            if exc.status == 404 and n > 1:  # fewer messages than asked for
+                return
+            raise
+        if n > 1:
+            print("-------------------------------------------------------------------------\n")
+        print_peeked(headers, payload)
 
 
 def _topic_path(name: str) -> str:
@@ -142,6 +259,26 @@ def run(args: argparse.Namespace) -> Any:
             return request(url, "GET", f"/lookup/v2/topic/persistent/{_topic_path(args.name)}")
         if a == "partitioned-stats":
             return request(url, "GET", path + "/partitioned-stats")
+        if a == "expire-messages-all-subscriptions":
+            return request(url, "POST", f"{path}/all_subscription/expireMessages/{args.expire_time}")
+        sub = f"{path}/subscription/{urllib.parse.quote(args.subscription, safe='')}"
+        if a == "reset-cursor":
+            if args.message_id:
+                return request(url, "POST", sub + "/resetcursor", message_id_body(args.message_id, args.exclude))
+            if args.time is not None:
+                return request(url, "POST", f"{sub}/resetcursor/{int(time.time() * 1000) - args.time * 1000}")
+            raise AdminError(
+                0, "Either Timestamp (--time) or messageId (--messageId) has to be provided to reset cursor"
+            )
+        if a == "skip":
+            return request(url, "POST", f"{sub}/skip/{args.count}")
+        if a == "clear-backlog":
+            return request(url, "POST", sub + "/skip_all")
+        if a == "expire-messages":
+            return request(url, "POST", f"{sub}/expireMessages/{args.expire_time}")
+        if a == "peek-messages":
+            _peek(url, sub, args.count)
+            return None
     raise SystemExit(f"unknown command {g} {a}")
 
 
@@ -204,6 +341,30 @@ def build_parser() -> argparse.ArgumentParser:
         sp = tp.add_parser(verb)
         sp.add_argument("name")
         sp.add_argument("-p", "--partitions", type=int, required=True)
+    sp = tp.add_parser("reset-cursor", help="move a subscription to a time or a message id")
+    sp.add_argument("name", help="topic name")
+    sp.add_argument("-s", "--subscription", required=True)
+    sp.add_argument("-t", "--time", type=relative_seconds, help="how far back (e.g. 100m, 3h, 2d, 5w; seconds)")
+    sp.add_argument("-m", "--messageId", dest="message_id", help="ledgerId:entryId, earliest or latest")
+    sp.add_argument("-e", "--exclude-reset-position", dest="exclude", action="store_true")
+    sp = tp.add_parser("skip", help="skip messages of a subscription")
+    sp.add_argument("name", help="topic name")
+    sp.add_argument("-s", "--subscription", required=True)
+    sp.add_argument("-n", "--count", type=int, required=True, help="number of messages to skip")
+    sp = tp.add_parser("clear-backlog", help="skip all the messages of a subscription")
+    sp.add_argument("name", help="topic name")
+    sp.add_argument("-s", "--subscription", required=True)
+    sp = tp.add_parser("expire-messages", help="expire messages older than a time for a subscription")
+    sp.add_argument("name", help="topic name")
+    sp.add_argument("-s", "--subscription", required=True)
+    sp.add_argument("-t", "--expireTime", dest="expire_time", type=relative_seconds, required=True)
+    sp = tp.add_parser("expire-messages-all-subscriptions", help="expire messages older than a time")
+    sp.add_argument("name", help="topic name")
+    sp.add_argument("-t", "--expireTime", dest="expire_time", type=relative_seconds, required=True)
+    sp = tp.add_parser("peek-messages", help="print the next messages of a subscription")
+    sp.add_argument("name", help="topic name")
+    sp.add_argument("-s", "--subscription", required=True)
+    sp.add_argument("-n", "--count", type=int, default=1, help="number of messages (default 1)")
     return p
 
 
