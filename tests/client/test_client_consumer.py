@@ -133,7 +133,9 @@ async def test_cumulative_ack_is_refused_on_shared_subscriptions(fake_broker):
 
 async def test_negative_ack_asks_for_redelivery_of_the_entry(fake_broker):
     async with aio.Client(fake_broker.url) as client:
-        consumer = await client.subscribe("c", "s", initial_position=InitialPosition.Earliest)
+        consumer = await client.subscribe(
+            "c", "s", initial_position=InitialPosition.Earliest, negative_ack_redelivery_delay_ms=0
+        )
         await _produce(client, "c", 2)
         first = await consumer.receive(timeout_millis=5000)
         await consumer.receive(timeout_millis=5000)

@@ -15,6 +15,7 @@ import pytest
 import magnetar
 from magnetar.client import aio
 from magnetar.client.consumer import Consumer
+from magnetar.client.consumer_config import ConsumerConfig
 from magnetar.client.errors import ProducerQueueIsFull
 from magnetar.client.message import EntryInfo, Message
 from magnetar.client.options import ConsumerType, InitialPosition, Result
@@ -334,7 +335,7 @@ async def test_consumer_close_is_bounded_when_the_broker_is_gone(fake_broker):
 
 
 def test_a_reconnecting_partition_drops_only_its_own_queued_messages():
-    consumer = Consumer(TOPIC, "s", ConsumerType.Shared)
+    consumer = Consumer(TOPIC, ConsumerConfig("s", ConsumerType.Shared))
     mine, other = object(), object()
 
     def msg(owner: object, entry: int) -> Message:

@@ -212,3 +212,213 @@ def test_result_of_maps_errors_to_pulsar_names():
     assert result_of(MessageTooLarge("x")) is Result.MessageTooBig
     assert result_of(Timeout("x")) is Result.Timeout
     assert result_of(ValueError()) is Result.UnknownError
+
+
+# ------------------------------------------------------------------ consumption options and trackers
+
+
+def test_negative_acks_fall_due_after_the_fixed_delay_in_position_order():
+    from magnetar.client.redelivery import NegativeAckTracker
+
+    nacks = NegativeAckTracker(1000)
+    nacks.add((7, 3), 0, now=10.0)
+    nacks.add((7, 1), 5, now=10.2)
+    assert nacks.next_deadline() == 11.0
+    assert nacks.due(10.99) == []
+    assert nacks.due(11.0) == [(7, 3)]
+    assert nacks.due(11.2) == [(7, 1)]
+    assert len(nacks) == 0 and nacks.next_deadline() is None
+
+
+def test_a_second_nack_of_an_entry_replaces_its_deadline():
+    from magnetar.client.redelivery import NegativeAckTracker
+
+    nacks = NegativeAckTracker(1000)
+    nacks.add((1, 1), 0, now=0.0)
+    nacks.add((1, 1), 0, now=5.0)
+    assert nacks.due(1.0) == []  # the first deadline is stale
+    assert nacks.next_deadline() == 6.0
+    assert nacks.due(6.0) == [(1, 1)]
+
+
+def test_negative_ack_backoff_grows_with_the_redelivery_count():
+    from magnetar.client.options import MultiplierRedeliveryBackoff
+    from magnetar.client.redelivery import NegativeAckTracker
+
+    nacks = NegativeAckTracker(60000, MultiplierRedeliveryBackoff(100, 1000, 2))
+    assert [nacks.add((1, i), i, now=0.0) for i in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert nacks.grouping == pytest.approx(0.01)
+
+
+def test_multiplier_backoff_is_javas():
+    from magnetar.client.options import MultiplierRedeliveryBackoff
+
+    backoff = MultiplierRedeliveryBackoff()
+    assert (backoff.min_delay_ms, backoff.max_delay_ms, backoff.multiplier) == (1000, 60000, 2.0)
+    assert [backoff.next(n) for n in (0, 1, 2, 5, 6, 10_000)] == [1000, 2000, 4000, 32000, 60000, 60000]
+    with pytest.raises(ValueError):
+        MultiplierRedeliveryBackoff(2000, 1000)
+    with pytest.raises(ValueError):
+        MultiplierRedeliveryBackoff(multiplier=0.5)
+
+
+def test_ack_timeout_counts_from_the_first_hand_out_and_forgets_acked_entries():
+    from magnetar.client.options import MultiplierRedeliveryBackoff
+    from magnetar.client.redelivery import AckTimeoutTracker
+
+    timeouts = AckTimeoutTracker(10_000)
+    timeouts.add((1, 0), 0, now=0.0)
+    timeouts.add((1, 0), 0, now=5.0)  # a second message of the same entry: the clock keeps running
+    timeouts.add((1, 1), 0, now=1.0)
+    timeouts.add((1, 2), 0, now=2.0)
+    timeouts.discard((1, 1))
+    assert timeouts.due(9.99) == []
+    assert timeouts.due(12.0) == [(1, 0), (1, 2)]
+    timeouts.add((2, 0), 0, now=0.0)
+    timeouts.add((2, 5), 0, now=0.0)
+    timeouts.discard_up_to((2, 3))
+    assert timeouts.due(100.0) == [(2, 5)]
+    # With a back-off, the back-off's delay for the redelivery count is added to the timeout.
+    backed = AckTimeoutTracker(10_000, MultiplierRedeliveryBackoff(1000, 8000, 2))
+    backed.add((3, 0), 2, now=0.0)
+    assert backed.next_deadline() == 14.0
+
+
+def test_batch_tracker_knows_batch_sizes_until_the_entry_completes():
+    tracker = BatchAckTracker()
+    live = tracker.track((7, 0), 3)
+    assert tracker.count((7, 0)) == 3 and tracker.get((7, 0)) is live
+    assert not tracker.ack((7, 0), 0)
+    assert tracker.count((7, 0)) == 3
+    assert not tracker.ack((7, 0), 1)
+    assert tracker.ack((7, 0), 2)
+    assert tracker.count((7, 0)) == 0 and tracker.get((7, 0)) is None
+
+
+def test_key_shared_policy_checks_as_pulsar_client():
+    from magnetar.client.options import ConsumerKeySharedPolicy, KeySharedMode
+
+    policy = ConsumerKeySharedPolicy()
+    assert (policy.key_shared_mode, policy.allow_out_of_order_delivery, policy.sticky_ranges) == (
+        KeySharedMode.AutoSplit,
+        False,
+        [],
+    )
+    with pytest.raises(ValueError, match="sticky_ranges"):
+        ConsumerKeySharedPolicy(KeySharedMode.Sticky)
+    sticky = ConsumerKeySharedPolicy(KeySharedMode.Sticky, True, [(0, 100), (200, 65535)])
+    assert sticky.sticky_ranges == [(0, 100), (200, 65535)]
+    assert KeySharedMode.Sticky.value == "STICKY"  # the wire's key_shared_mode
+    with pytest.raises(ValueError):
+        ConsumerKeySharedPolicy(KeySharedMode.Sticky, sticky_ranges=[(0, 65536)])
+
+
+def test_dead_letter_policy_checks_as_pulsar_client():
+    from magnetar.client.options import ConsumerDeadLetterPolicy
+
+    policy = ConsumerDeadLetterPolicy(3)
+    assert (policy.max_redeliver_count, policy.dead_letter_topic, policy.initial_subscription_name) == (3, None, None)
+    with pytest.raises(ValueError, match="greater than 0"):
+        ConsumerDeadLetterPolicy(0)
+
+
+def test_consumer_config_defaults_are_pulsar_clients_and_checks_raise():
+    from magnetar.client.consumer_config import ConsumerConfig
+    from magnetar.client.options import ConsumerDeadLetterPolicy, InitialPosition
+
+    config = ConsumerConfig("s")
+    assert config.consumer_type is ConsumerType.Exclusive
+    assert config.initial_position is InitialPosition.Latest
+    assert (config.receiver_queue_size, config.negative_ack_redelivery_delay_ms) == (1000, 60000)
+    assert config.unacked_messages_timeout_ms is None and not config.ack_timeout_enabled
+    assert (config.ack_timeout_tick_time_ms, config.priority_level, config.retry_enable) == (1000, 0, False)
+    assert config.max_redeliver_count is None
+    assert ConsumerConfig("s", retry_enable=True).max_redeliver_count == 16  # Java's MAX_RECONSUMETIMES
+    assert ConsumerConfig("s", dead_letter_policy=ConsumerDeadLetterPolicy(4)).max_redeliver_count == 4
+    assert ConsumerConfig("s", "Key_Shared").consumer_type is ConsumerType.KeyShared
+    # pulsar-client refuses a non-zero ack timeout under 10 s with ValueError; 0 means off.
+    with pytest.raises(ValueError, match="10 seconds"):
+        ConsumerConfig("s", unacked_messages_timeout_ms=5000)
+    assert not ConsumerConfig("s", unacked_messages_timeout_ms=0).ack_timeout_enabled
+    with pytest.raises(ValueError):
+        ConsumerConfig("s", priority_level=-1)
+    # Options we do not implement raise rather than being ignored.
+    with pytest.raises(Unsupported, match="is_read_compacted"):
+        ConsumerConfig("s", is_read_compacted=True)
+    with pytest.raises(Unsupported, match="message_listener"):
+        ConsumerConfig("s", message_listener=lambda consumer, msg: None)
+
+
+def test_letter_topic_names_are_pulsars():
+    from magnetar.client.dead_letter import default_dead_letter_topic, retry_letter_topic
+
+    assert retry_letter_topic("orders", "s") == "persistent://public/default/orders-s-RETRY"
+    assert default_dead_letter_topic("t/n/orders-partition-1", "s") == "persistent://t/n/orders-partition-1-s-DLQ"
+
+
+def test_letter_properties_keep_the_first_origin_through_retries():
+    from magnetar.client.dead_letter import ORIGIN_MESSAGE_ID, REAL_TOPIC, letter_properties, origin_key
+    from magnetar.client.message import EntryInfo, Message
+
+    class Owner:
+        topic = "persistent://public/default/orders"
+        partition = -1
+
+    first = Message([b"x", {"a": "1"}, None, 0, 0], EntryInfo((5, 6), 1, 0, 0, Owner(), False), -1)  # type: ignore[arg-type]
+    props = letter_properties(first)
+    assert props == {"a": "1", REAL_TOPIC: "persistent://public/default/orders", ORIGIN_MESSAGE_ID: "5:6:-1:-1"}
+
+    class RetryOwner:
+        topic = "persistent://public/default/orders-s-RETRY"
+        partition = -1
+
+    retried = Message([b"x", props, None, 0, 0], EntryInfo((9, 9), 1, 0, 1, RetryOwner(), False), -1)  # type: ignore[arg-type]
+    assert letter_properties(retried) == props
+    assert origin_key(letter_properties(retried)) == origin_key(props) is not None
+    assert origin_key({}) is None
+
+
+def test_reconsume_delay_takes_timedelta_or_milliseconds():
+    from datetime import timedelta
+
+    from magnetar.client.dead_letter import delay_millis
+
+    assert delay_millis(timedelta(seconds=1.5)) == 1500
+    assert delay_millis(250) == 250
+    assert delay_millis(-5) == 0
+    with pytest.raises(ValueError):
+        delay_millis(True)
+
+
+async def test_subscribe_carries_priority_key_shared_policy_and_reader_start():
+    from magnetar.client.consumer import PartitionConsumer
+    from magnetar.client.consumer_config import ConsumerConfig
+    from magnetar.client.options import ConsumerKeySharedPolicy, KeySharedMode
+
+    def part(config: ConsumerConfig, **kwargs: object) -> PartitionConsumer:
+        return PartitionConsumer(
+            None,  # type: ignore[arg-type]  # no resolver: only the command is built
+            "persistent://public/default/t",
+            -1,
+            config,
+            deliver=lambda msgs: None,
+            on_closed=lambda exc: None,
+            discard_queued=lambda p: None,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    policy = ConsumerKeySharedPolicy(KeySharedMode.Sticky, True, [(0, 99), (200, 299)])
+    cmd = part(ConsumerConfig("s", ConsumerType.KeyShared, key_shared_policy=policy, priority_level=2))._subscribe_cmd(
+        9
+    )
+    assert (cmd["sub_type"], cmd["priority_level"], cmd["key_shared_mode"]) == ("Key_Shared", 2, "STICKY")
+    assert (cmd["key_ranges"], cmd["allow_out_of_order"]) == ([[0, 99], [200, 299]], True)
+    assert "durable" not in cmd and "start_message_id" not in cmd
+    # A reader starting inside a batch asks for the whole entry and drops the earlier indexes itself.
+    reader = part(ConsumerConfig("r"), durable=False, start_message_id=MessageId(3, 4, -1, 5))
+    cmd = reader._subscribe_cmd(10)
+    assert (cmd["durable"], cmd["start_message_id"], cmd["start_inclusive"]) == (False, [3, 4, -1], True)
+    assert reader._skipped_indexes((3, 4), 10, True) == {0, 1, 2, 3, 4, 5}
+    assert reader._skipped_indexes((3, 5), 10, True) == set()
+    earliest = part(ConsumerConfig("r"), durable=False, start_message_id=MessageId.earliest)._subscribe_cmd(11)
+    assert (earliest["start_message_id"], "start_inclusive" in earliest) == ([-1, -1, -1], False)

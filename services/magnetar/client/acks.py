@@ -4,6 +4,9 @@ The broker tracks whole entries, but one entry may hold a batch of many messages
 batch-message acker does, the client keeps, per batched entry, the indexes not yet acknowledged,
 and tells the broker the entry is acknowledged only when the last of them is. (Acking an entry
 early would lose the rest of its messages if the consumer crashed before processing them.)
+With ``batch_index_ack_enabled`` the consumer also tells the broker about each acknowledged index
+(WIRE.md R20c, ``ack.batch_acks``), so that a redelivery after a crash brings back only the
+messages not yet acknowledged; the tracker then knows each entry's batch size for those frames.
 
 Permits follow Pulsar's receiver queue: the consumer grants ``receiver_queue_size`` up front, and
 grants more only once half the queue has been consumed by the application, so the broker refills
@@ -18,10 +21,11 @@ Position = tuple[int, int]
 class BatchAckTracker:
     """Unacknowledged batch indexes of each batched entry delivered to this consumer."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_counts", "_entries")
 
     def __init__(self) -> None:
         self._entries: dict[Position, set[int]] = {}
+        self._counts: dict[Position, int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -38,11 +42,21 @@ class BatchAckTracker:
         remaining = self._entries.get(position)
         if remaining is None:
             remaining = self._entries[position] = set(range(count))
+            self._counts[position] = count
         return remaining
+
+    def get(self, position: Position) -> set[int] | None:
+        """The live set of unacknowledged indexes of a tracked entry (None: not tracked)."""
+        return self._entries.get(position)
+
+    def count(self, position: Position) -> int:
+        """The batch size of a tracked entry (0 when it is not tracked)."""
+        return self._counts.get(position, 0)
 
     def forget(self, position: Position) -> None:
         """The entry is complete (its set was emptied by a direct discard)."""
-        self._entries.pop(position, None)
+        if self._entries.pop(position, None) is not None:
+            del self._counts[position]
 
     def ack(self, position: Position, index: int) -> bool:
         """Record an individual ack; True when the whole entry may now be acked on the broker."""
@@ -52,7 +66,7 @@ class BatchAckTracker:
         remaining.discard(index)
         if remaining:
             return False
-        del self._entries[position]
+        self.forget(position)
         return True
 
     def ack_cumulative(self, position: Position, index: int) -> Position | None:
@@ -64,14 +78,14 @@ class BatchAckTracker:
         """
         entries = self._entries
         for pos in [p for p in entries if p < position]:
-            del entries[pos]
+            self.forget(pos)
         remaining = entries.get(position)
         if remaining is None or index < 0:
-            entries.pop(position, None)
+            self.forget(position)
             return position
         remaining.difference_update(range(index + 1))
         if not remaining:
-            del entries[position]
+            self.forget(position)
             return position
         ledger, entry = position
         return (ledger, entry - 1) if entry > 0 else None

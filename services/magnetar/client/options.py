@@ -1,21 +1,43 @@
-"""Enums named and valued after Pulsar's Python client, so that code written for ``pulsar`` reads the same.
+"""Enums and option classes named after Pulsar's Python client, so that code written for ``pulsar`` reads the same.
 
 ``ConsumerType`` values are the wire names of subscription types (WIRE.md ``subscribe.sub_type``),
-and ``InitialPosition`` values are the wire names of ``subscribe.initial_position``, so no mapping
-table sits between the public API and the frames. ``CompressionType`` is the protocol's own enum:
-one definition, shared by the producer that compresses and the consumer that decompresses.
+``InitialPosition`` values the wire names of ``subscribe.initial_position`` and ``KeySharedMode``
+values those of ``subscribe.key_shared_mode``, so no mapping table sits between the public API and
+the frames. ``CompressionType`` is the protocol's own enum: one definition, shared by the producer
+that compresses and the consumer that decompresses.
+
+The option classes (``ConsumerKeySharedPolicy``, ``ConsumerDeadLetterPolicy``) take pulsar-client
+3.x's arguments, defaults and checks; they hold plain attributes instead of wrapping a C++ policy.
+``MultiplierRedeliveryBackoff`` is Java's (the Python client has no redelivery back-off): the
+delays of negative acks and ack timeouts can grow with a message's redelivery count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
+from typing import Protocol
 
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError, ProducerQueueIsFull
 from magnetar.protocol import errors
 from magnetar.protocol.compression import CompressionType
 from magnetar.protocol.errors import MagnetarError
 
-__all__ = ["CompressionType", "ConsumerType", "InitialPosition", "Result", "result_of"]
+__all__ = [
+    "BatchingType",
+    "CompressionType",
+    "ConsumerCryptoFailureAction",
+    "ConsumerDeadLetterPolicy",
+    "ConsumerKeySharedPolicy",
+    "ConsumerType",
+    "InitialPosition",
+    "KeySharedMode",
+    "MultiplierRedeliveryBackoff",
+    "RedeliveryBackoff",
+    "RegexSubscriptionMode",
+    "Result",
+    "result_of",
+]
 
 
 class ConsumerType(Enum):
@@ -34,6 +56,168 @@ class InitialPosition(Enum):
 
     Latest = "Latest"
     Earliest = "Earliest"
+
+
+class KeySharedMode(Enum):
+    """How a Key_Shared consumer gets its hash ranges; the value is ``subscribe.key_shared_mode``."""
+
+    AutoSplit = "AUTO_SPLIT"
+    Sticky = "STICKY"
+
+
+class BatchingType(Enum):
+    """How a producer groups messages into batches (``create_producer(batching_type=...)``)."""
+
+    Default = 0
+    KeyBased = 1
+
+
+class RegexSubscriptionMode(Enum):
+    """Which topics a pattern subscription matches (Magnetar has persistent topics only)."""
+
+    PersistentOnly = 0
+    NonPersistentOnly = 1
+    AllTopics = 2
+
+
+class ConsumerCryptoFailureAction(Enum):
+    """What a consumer does with a message it cannot decrypt (Magnetar has no end-to-end encryption yet)."""
+
+    FAIL = 0
+    DISCARD = 1
+    CONSUME = 2
+
+
+class ConsumerKeySharedPolicy:
+    """Key_Shared options, as ``pulsar.ConsumerKeySharedPolicy``.
+
+    ``sticky_ranges`` are inclusive ``(start, end)`` hash ranges within 0..65535 and are required
+    with ``KeySharedMode.Sticky`` (pulsar-client raises ``ValueError`` without them).
+    """
+
+    __slots__ = ("_allow_out_of_order_delivery", "_key_shared_mode", "_sticky_ranges")
+
+    def __init__(
+        self,
+        key_shared_mode: KeySharedMode = KeySharedMode.AutoSplit,
+        allow_out_of_order_delivery: bool = False,
+        sticky_ranges: Sequence[tuple[int, int]] | None = None,
+    ) -> None:
+        key_shared_mode = KeySharedMode(key_shared_mode)
+        if key_shared_mode == KeySharedMode.Sticky and sticky_ranges is None:
+            raise ValueError("When using key_shared_mode = KeySharedMode.Sticky you must also provide sticky_ranges")
+        ranges: list[tuple[int, int]] = []
+        for item in sticky_ranges or ():
+            start, end = (int(x) for x in item)
+            if not 0 <= start <= end < 65536:
+                raise ValueError(f"sticky range {(start, end)} must satisfy 0 <= start <= end < 65536")
+            ranges.append((start, end))
+        self._key_shared_mode = key_shared_mode
+        self._allow_out_of_order_delivery = bool(allow_out_of_order_delivery)
+        self._sticky_ranges = ranges
+
+    @property
+    def key_shared_mode(self) -> KeySharedMode:
+        return self._key_shared_mode
+
+    @property
+    def allow_out_of_order_delivery(self) -> bool:
+        return self._allow_out_of_order_delivery
+
+    @property
+    def sticky_ranges(self) -> list[tuple[int, int]]:
+        return list(self._sticky_ranges)
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumerKeySharedPolicy({self._key_shared_mode}, allow_out_of_order_delivery="
+            f"{self._allow_out_of_order_delivery}, sticky_ranges={self._sticky_ranges})"
+        )
+
+
+class ConsumerDeadLetterPolicy:
+    """Dead letter options, as ``pulsar.ConsumerDeadLetterPolicy``.
+
+    A message redelivered more than ``max_redeliver_count`` times goes to ``dead_letter_topic``
+    (default ``{topic}-{subscription}-DLQ``) instead of back to the application; with
+    ``initial_subscription_name`` that subscription is created on the dead letter topic before the
+    first message is published there, so retention keeps them. ``dead_letter.py`` has the rules.
+    """
+
+    __slots__ = ("_dead_letter_topic", "_initial_subscription_name", "_max_redeliver_count")
+
+    def __init__(
+        self,
+        max_redeliver_count: int,
+        dead_letter_topic: str | None = None,
+        initial_subscription_name: str | None = None,
+    ) -> None:
+        if max_redeliver_count is None or max_redeliver_count < 1:
+            raise ValueError("max_redeliver_count must be greater than 0")
+        self._max_redeliver_count = int(max_redeliver_count)
+        self._dead_letter_topic = dead_letter_topic or None
+        self._initial_subscription_name = initial_subscription_name or None
+
+    @property
+    def max_redeliver_count(self) -> int:
+        return self._max_redeliver_count
+
+    @property
+    def dead_letter_topic(self) -> str | None:
+        """The topic given, or None for the default name (pulsar-client returns the default then;
+        it depends on the consumer's topic, so only the consumer can work it out here)."""
+        return self._dead_letter_topic
+
+    @property
+    def initial_subscription_name(self) -> str | None:
+        return self._initial_subscription_name
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumerDeadLetterPolicy(max_redeliver_count={self._max_redeliver_count}, "
+            f"dead_letter_topic={self._dead_letter_topic!r}, "
+            f"initial_subscription_name={self._initial_subscription_name!r})"
+        )
+
+
+class RedeliveryBackoff(Protocol):
+    """A redelivery delay that depends on how often the message was delivered already (Java's ``RedeliveryBackoff``)."""
+
+    def next(self, redelivery_count: int) -> int:
+        """The delay in milliseconds before redelivering a message delivered ``redelivery_count`` times before."""
+        ...
+
+
+class MultiplierRedeliveryBackoff:
+    """Java's ``MultiplierRedeliveryBackoff``: ``min(max_delay_ms, min_delay_ms * multiplier ** redelivery_count)``.
+
+    For ``negative_ack_redelivery_backoff`` (the delay of a negative ack, instead of the fixed
+    ``negative_ack_redelivery_delay_ms``) and ``ack_timeout_redelivery_backoff`` (added to
+    ``unacked_messages_timeout_ms``). Defaults and checks are the Java builder's.
+    """
+
+    __slots__ = ("max_delay_ms", "min_delay_ms", "multiplier")
+
+    def __init__(self, min_delay_ms: int = 1000, max_delay_ms: int = 60000, multiplier: float = 2.0) -> None:
+        if min_delay_ms < 0:
+            raise ValueError("min_delay_ms must be >= 0")
+        if max_delay_ms < min_delay_ms:
+            raise ValueError("max_delay_ms must be >= min_delay_ms")
+        if multiplier < 1:
+            raise ValueError("multiplier must be >= 1")
+        self.min_delay_ms = int(min_delay_ms)
+        self.max_delay_ms = int(max_delay_ms)
+        self.multiplier = float(multiplier)
+
+    def next(self, redelivery_count: int) -> int:
+        if redelivery_count <= 0 or self.min_delay_ms <= 0:
+            return self.min_delay_ms
+        # Capped before the power can overflow a float for large counts.
+        exponent = min(redelivery_count, 64)
+        return int(min(self.max_delay_ms, self.min_delay_ms * self.multiplier**exponent))
+
+    def __repr__(self) -> str:
+        return f"MultiplierRedeliveryBackoff({self.min_delay_ms}, {self.max_delay_ms}, {self.multiplier})"
 
 
 class Result(Enum):

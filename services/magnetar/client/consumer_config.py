@@ -1,0 +1,199 @@
+"""Every option of a consumer, in one validated dataclass (``ConsumerConfig``).
+
+Field names and defaults are pulsar-client 3.x's ``Client.subscribe`` keywords, so ``aio.Client``
+and the blocking client can pass their keywords straight through. Options we implement are checked
+as pulsar-client checks them (same exception type); options that would be harmless no-ops here are
+accepted with any value; options we do not implement take their default only, and anything else
+raises ``Unsupported`` at subscribe time instead of being silently ignored (``_unsupported``).
+
+Beyond pulsar-client (keyword-only, Java's features under Python names): ``retry_enable``
+(Java's ``enableRetry``), ``negative_ack_redelivery_backoff``, ``ack_timeout_redelivery_backoff``,
+``ack_timeout_tick_time_ms``, ``priority_level``.
+
+The consumer also needs its client to publish to the dead letter and retry topics and to create
+the dead letter topic's initial subscription. It gets that through two callables that the client
+sets (``aio.Client.subscribe`` does), typed with the small protocols below so that the consumer
+modules need not import ``aio``:
+
+- ``producer_factory(topic)`` returns a producer on ``topic`` (``aio.Client.create_producer(topic,
+  batching_enabled=False)`` fits: each letter alone in its entry, as Pulsar's dead letter producer
+  sends them, and a delayed retry letter must be alone anyway). The consumer closes it on close.
+- ``subscriber_factory(topic, subscription)`` makes sure ``subscription`` exists on ``topic``:
+  subscribe at ``InitialPosition.Earliest`` (``Shared``, so that it never collides with the
+  subscription's live consumers) and close at once. ``ConsumerBusy`` from it means "it exists".
+
+Both stay None for a reader or any consumer without ``dead_letter_policy`` / ``retry_enable``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
+
+from magnetar.client.options import (
+    ConsumerCryptoFailureAction,
+    ConsumerDeadLetterPolicy,
+    ConsumerKeySharedPolicy,
+    ConsumerType,
+    InitialPosition,
+    RedeliveryBackoff,
+    RegexSubscriptionMode,
+)
+from magnetar.protocol.errors import Unsupported
+from magnetar.protocol.message_id import MessageId
+
+# pulsar-client (the C++ client under it) refuses a non-zero ack timeout below 10 s.
+MIN_UNACKED_MESSAGES_TIMEOUT_MS = 10_000
+# Java's minimum ``ackTimeoutTickTime``.
+MIN_ACK_TIMEOUT_TICK_TIME_MS = 100
+
+
+class PartitionProducerLike(Protocol):
+    """One partition of a letter producer: only its topic name is read (to scan the dead letter topic)."""
+
+    @property
+    def topic(self) -> str: ...
+
+
+class LetterProducer(Protocol):
+    """What the dead letter and retry logic uses of a producer (``aio.Producer`` is one)."""
+
+    def topic(self) -> str: ...
+
+    @property
+    def partitions(self) -> Sequence[PartitionProducerLike]: ...
+
+    async def send(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        *,
+        event_timestamp: int | None = None,
+        deliver_after: timedelta | None = None,
+    ) -> MessageId: ...
+
+    async def close(self) -> None: ...
+
+
+ProducerFactory = Callable[[str], Awaitable[LetterProducer]]
+SubscriberFactory = Callable[[str, str], Awaitable[None]]
+
+
+def _is_bytes_schema(schema: object) -> bool:
+    return schema is None or type(schema).__name__ == "BytesSchema"
+
+
+@dataclass
+class ConsumerConfig:
+    """The options of one consumer (see the module docstring); validated on construction."""
+
+    subscription_name: str
+    consumer_type: ConsumerType = ConsumerType.Exclusive
+    # Only the bytes schema exists: None or a ``BytesSchema`` instance.
+    schema: Any = None
+    message_listener: Callable[..., Any] | None = None
+    receiver_queue_size: int = 1000
+    max_total_receiver_queue_size_across_partitions: int = 50000
+    consumer_name: str | None = None
+    # None or 0: off. Otherwise >= 10000 (pulsar-client's rule, ValueError below it).
+    unacked_messages_timeout_ms: int | None = None
+    # No-op: there is no broker consumer stats call to cache.
+    broker_consumer_stats_cache_time_ms: int = 30000
+    negative_ack_redelivery_delay_ms: int = 60000
+    is_read_compacted: bool = False
+    # No-op: the wire has no consumer properties; they are kept here only.
+    properties: dict[str, str] | None = None
+    pattern_auto_discovery_period: int = 60
+    initial_position: InitialPosition = InitialPosition.Latest
+    crypto_key_reader: Any = None
+    replicate_subscription_state_enabled: bool = False
+    # No-ops: there is no chunking.
+    max_pending_chunked_message: int = 10
+    auto_ack_oldest_chunked_message_on_queue_full: bool = False
+    start_message_id_inclusive: bool = False
+    batch_receive_policy: Any = None
+    key_shared_policy: ConsumerKeySharedPolicy | None = None
+    batch_index_ack_enabled: bool = False
+    regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly
+    dead_letter_policy: ConsumerDeadLetterPolicy | None = None
+    # No-op: there is no encryption, so no decryption can fail.
+    crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL
+    # ---- beyond pulsar-client
+    retry_enable: bool = field(default=False, kw_only=True)
+    negative_ack_redelivery_backoff: RedeliveryBackoff | None = field(default=None, kw_only=True)
+    ack_timeout_redelivery_backoff: RedeliveryBackoff | None = field(default=None, kw_only=True)
+    ack_timeout_tick_time_ms: int = field(default=1000, kw_only=True)
+    priority_level: int = field(default=0, kw_only=True)
+    # ---- set by the client (see the module docstring)
+    producer_factory: ProducerFactory | None = field(default=None, kw_only=True, repr=False, compare=False)
+    subscriber_factory: SubscriberFactory | None = field(default=None, kw_only=True, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.consumer_type = ConsumerType(self.consumer_type)
+        self.initial_position = InitialPosition(self.initial_position)
+        self.regex_subscription_mode = RegexSubscriptionMode(self.regex_subscription_mode)
+        self.crypto_failure_action = ConsumerCryptoFailureAction(self.crypto_failure_action)
+        if not isinstance(self.subscription_name, str) or not self.subscription_name:
+            raise ValueError("subscription_name must be a non-empty string")
+        timeout = self.unacked_messages_timeout_ms
+        if timeout and timeout < MIN_UNACKED_MESSAGES_TIMEOUT_MS:
+            raise ValueError(
+                "Consumer Config Exception: Unacknowledged message timeout should be greater than 10 seconds."
+            )
+        if self.negative_ack_redelivery_delay_ms < 0:
+            raise ValueError("negative_ack_redelivery_delay_ms must be >= 0")
+        if self.ack_timeout_tick_time_ms < MIN_ACK_TIMEOUT_TICK_TIME_MS:
+            raise ValueError(f"ack_timeout_tick_time_ms must be >= {MIN_ACK_TIMEOUT_TICK_TIME_MS}")
+        if self.priority_level < 0:
+            raise ValueError("priority_level must be >= 0")
+        if self.receiver_queue_size < 0:
+            raise ValueError("receiver_queue_size must be >= 0")
+        if self.key_shared_policy is not None and not isinstance(self.key_shared_policy, ConsumerKeySharedPolicy):
+            raise ValueError("key_shared_policy must be a ConsumerKeySharedPolicy")
+        if self.dead_letter_policy is not None and not isinstance(self.dead_letter_policy, ConsumerDeadLetterPolicy):
+            raise ValueError("dead_letter_policy must be a ConsumerDeadLetterPolicy")
+        problem = self._unsupported()
+        if problem:
+            raise Unsupported(f"{problem} is not supported by the Magnetar client")
+
+    def _unsupported(self) -> str | None:
+        """The first option set to something we do not implement (None: all fine).
+
+        The client API layer may implement some of these itself (a message listener, say): it then
+        clears the option before building the config.
+        """
+        if not _is_bytes_schema(self.schema):
+            return f"schema {type(self.schema).__name__} (only the bytes schema exists)"
+        if self.message_listener is not None:
+            return "message_listener"
+        if self.max_total_receiver_queue_size_across_partitions != 50000:
+            return "max_total_receiver_queue_size_across_partitions"
+        if self.is_read_compacted:
+            return "is_read_compacted=True (there is no topic compaction)"
+        if self.crypto_key_reader is not None:
+            return "crypto_key_reader (there is no end-to-end encryption)"
+        if self.replicate_subscription_state_enabled:
+            return "replicate_subscription_state_enabled=True (there is no geo-replication)"
+        if self.batch_receive_policy is not None:
+            return "batch_receive_policy"
+        return None
+
+    @property
+    def ack_timeout_enabled(self) -> bool:
+        return bool(self.unacked_messages_timeout_ms)
+
+    @property
+    def max_redeliver_count(self) -> int | None:
+        """Redeliveries before the dead letter topic; with ``retry_enable`` and no policy, Java's 16."""
+        if self.dead_letter_policy is not None:
+            return self.dead_letter_policy.max_redeliver_count
+        if self.retry_enable:
+            return MAX_RECONSUMETIMES
+        return None
+
+
+# Java's RetryMessageUtil.MAX_RECONSUMETIMES: the retry limit when retry is enabled without a policy.
+MAX_RECONSUMETIMES = 16
