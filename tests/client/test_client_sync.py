@@ -106,3 +106,111 @@ def test_send_and_send_async_refuse_content_that_is_not_bytes_at_the_call(thread
             producer.send(content)
         assert producer.send(b"after") == MessageId(7, 0, -1, -1)  # nothing reserved or queued
     assert [s["seq"] for s in broker.sent("send")] == [0]
+
+
+# Positional parameters of pulsar-client 3.x's blocking API, in order (pulsar/__init__.py).
+PULSAR_SUBSCRIBE = [
+    "topic", "subscription_name", "consumer_type", "schema", "message_listener", "receiver_queue_size",
+    "max_total_receiver_queue_size_across_partitions", "consumer_name", "unacked_messages_timeout_ms",
+    "broker_consumer_stats_cache_time_ms", "negative_ack_redelivery_delay_ms", "is_read_compacted", "properties",
+    "pattern_auto_discovery_period", "initial_position", "crypto_key_reader", "replicate_subscription_state_enabled",
+    "max_pending_chunked_message", "auto_ack_oldest_chunked_message_on_queue_full", "start_message_id_inclusive",
+    "batch_receive_policy", "key_shared_policy", "batch_index_ack_enabled", "regex_subscription_mode",
+    "dead_letter_policy", "crypto_failure_action",
+]  # fmt: skip
+PULSAR_CREATE_READER = [
+    "topic", "start_message_id", "schema", "reader_listener", "receiver_queue_size", "reader_name",
+    "subscription_role_prefix", "is_read_compacted", "crypto_key_reader", "start_message_id_inclusive",
+    "crypto_failure_action",
+]  # fmt: skip
+PULSAR_SEND = [
+    "content", "properties", "partition_key", "ordering_key", "sequence_id", "replication_clusters",
+    "disable_replication", "event_timestamp", "deliver_at", "deliver_after",
+]  # fmt: skip
+
+
+def _positional(function) -> list[str]:
+    import inspect
+
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in inspect.signature(function).parameters.values() if p.kind in kinds and p.name != "self"]
+
+
+def test_blocking_signatures_take_pulsar_clients_positional_order():
+    assert _positional(Client.subscribe) == PULSAR_SUBSCRIBE
+    assert _positional(Client.create_reader) == PULSAR_CREATE_READER
+    assert _positional(magnetar.Producer.send) == PULSAR_SEND
+    assert _positional(magnetar.Producer.send_async) == [PULSAR_SEND[0], "callback", *PULSAR_SEND[1:]]
+    # The asyncio client takes pulsar.asyncio's order (no message_listener there, and no
+    # pattern_auto_discovery_period: it is keyword-only here).
+    asyncio_order = [n for n in PULSAR_SUBSCRIBE if n not in ("message_listener", "pattern_auto_discovery_period")]
+    assert _positional(magnetar.asyncio.Client.subscribe) == [*asyncio_order, "is_pattern_topic"]
+
+
+def test_positional_arguments_land_where_pulsar_puts_them(threaded_broker):
+    broker = threaded_broker.broker
+    with Client(broker.url) as client:
+        consumer = client.subscribe("s", "sub", magnetar.ConsumerType.Shared, None, None, 7, 50000, "me")
+        config = consumer._c.config
+        assert (config.consumer_type, config.receiver_queue_size, config.consumer_name) == (
+            magnetar.ConsumerType.Shared,
+            7,
+            "me",
+        )
+        threaded_broker.call(broker.wait_for(lambda: bool(broker.sent("flow"))))
+        assert broker.sent("flow")[0]["permits"] == 7
+        producer = client.create_producer("s", batching_enabled=False)
+        producer.send(b"x", None, "the-partition-key", "the-ordering-key", 99)
+    meta = broker.sent("send")[0]["meta"]
+    assert meta["k"] == "the-ordering-key"
+
+
+def test_a_message_listener_gets_every_message_and_receive_is_refused(threaded_broker):
+    broker = threaded_broker.broker
+    got: list[tuple[str, bytes]] = []
+    done = threading.Event()
+
+    def listener(consumer, msg):
+        got.append((threading.current_thread().name, msg.data()))
+        consumer.acknowledge(msg)
+        if len(got) == 3:
+            done.set()
+
+    with Client(broker.url) as client:
+        consumer = client.subscribe("s", "sub", message_listener=listener, initial_position=InitialPosition.Earliest)
+        with pytest.raises(magnetar.Unsupported):
+            consumer.receive(timeout_millis=10)
+        producer = client.create_producer("s", batching_enabled=False)
+        for payload in (b"a", b"b", b"c"):
+            producer.send(payload)
+        assert done.wait(5)
+        consumer.close()
+    assert [data for _, data in got] == [b"a", b"b", b"c"]
+    assert all(name.startswith("magnetar-listener") for name, _ in got)
+    assert sorted(p[1] for a in broker.sent("ack") for p in a["positions"]) == [0, 1, 2]
+
+
+def test_consumer_seek_and_last_message_id_and_a_reader_listener(standalone, topic):
+    with Client(standalone.service_url) as client:
+        consumer = client.subscribe(topic, "seek", initial_position=InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False)
+        ids = [producer.send(b"%d" % i) for i in range(3)]
+        assert consumer.get_last_message_id() == ids[-1]
+        assert [consumer.receive(5000).data() for _ in range(3)] == [b"0", b"1", b"2"]
+        assert consumer.is_connected()
+        consumer.seek(ids[1])
+        assert consumer.receive(5000).data() == b"1"
+        seen: list[bytes] = []
+        done = threading.Event()
+
+        def on_message(reader, msg):
+            seen.append(msg.data())
+            if len(seen) == 3:
+                done.set()
+
+        reader = client.create_reader(topic, MessageId.earliest, reader_listener=on_message)
+        assert done.wait(10)
+        assert seen == [b"0", b"1", b"2"]
+        with pytest.raises(magnetar.Unsupported):
+            reader.read_next(10)
+        reader.close()

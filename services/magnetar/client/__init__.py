@@ -5,9 +5,12 @@ flavour is ``magnetar.client.aio``, also importable as ``magnetar.asyncio``. The
 ``magnetar.protocol`` only (an import-linter contract), so it installs without the server extras.
 
 Modules: ``connection`` (one per broker: reader task, rid table, coalesced writes), ``batch_builder``
-and ``producer`` (batching, receipts, timeouts, partition routing via ``routing``), ``consumer``,
-``message`` and ``acks`` (receive queue, batch-index acks, permits), ``aio`` (the asyncio
-``Client``), ``sync`` (the blocking wrapper), ``options`` and ``errors``.
+and ``producer`` (batching, key-based batching, delayed messages, receipts, timeouts, partition
+routing via ``routing``), ``consumer``, ``message`` and ``acks`` (receive queue, batch-index acks,
+permits), ``consumer_config`` (every ``subscribe`` option), ``redelivery`` (negative acks, ack
+timeouts) and ``dead_letter`` (dead letter and retry topics), ``reader`` (``create_reader``),
+``multi_topic`` (topic lists and pattern subscriptions), ``aio`` (the asyncio ``Client``), ``sync``
+(the blocking wrapper), ``options`` and ``errors``.
 
 Reconnection works as Pulsar's (``reconnect``): when a connection drops, the broker pushes
 ``close_producer`` / ``close_consumer``, or a ``producer`` / ``subscribe`` is answered
@@ -17,13 +20,15 @@ exponential backoff (100 ms doubling to 30 s by default). Unacknowledged message
 order with their sequence ids and producer name; sends made meanwhile queue up; each message still
 fails with ``Timeout`` once ``send_timeout_millis`` have passed since it was sent. A consumer
 re-subscribes, drops the messages it had queued but not yet handed out (the broker redelivers them)
-and sends acknowledgements made before or during the outage on the new registration.
+and sends acknowledgements made before or during the outage on the new registration; a reader
+re-subscribes from the first message it had not handed out yet.
 
 Where we differ from Pulsar, on purpose or for now:
 - producer and consumer creation retry only retryable errors and give up at the operation timeout
   with the last one; later reconnection keeps trying until ``close()``;
 - ``close()`` waits at most the operation timeout for outstanding receipts and ack answers;
-- ``negative_acknowledge`` asks for redelivery at once (no ``negative_ack_redelivery_delay_ms``);
+- negative acks and ack timeouts redeliver the entries that are due, on every subscription type
+  (Pulsar redelivers everything unacknowledged on Exclusive and Failover, to keep order);
 - the asyncio producer waits for room when ``max_pending_messages`` are in flight
   (``block_if_queue_full=True``); the blocking one defaults to Pulsar's ``False`` and reports
   ``ProducerQueueIsFull``;
@@ -31,7 +36,29 @@ Where we differ from Pulsar, on purpose or for now:
   the Pulsar ``Result`` name);
 - ``receiver_queue_size=0`` behaves as 1 (no zero-queue consumer);
 - a partition key is routed by ``crc32c(key) % partitions`` (Pulsar uses Murmur3): stable, but a
-  Pulsar client would place keys differently.
+  Pulsar client would place keys differently;
+- ``create_producer`` takes Pulsar's names and defaults (``batching_type`` included) but not its
+  positional order after ``producer_name``, and batches by default (``batching_enabled=True``);
+- a custom ``sequence_id`` reaches consumers (``Message.sequence_id()``), but the broker does not
+  deduplicate by it (it has no deduplication yet) and ``last_sequence_id()`` counts the producer's
+  own sequence; ``replication_clusters`` / ``disable_replication`` are accepted and ignored (no
+  geo-replication);
+- a default batch of messages with different keys is routed (Key_Shared) by the first key in it,
+  even when its first message has none;
+- ``subscribe`` options that Magnetar does not implement (a schema other than bytes,
+  ``max_total_receiver_queue_size_across_partitions``, ``is_read_compacted``, ``crypto_key_reader``,
+  ``replicate_subscription_state_enabled``, ``batch_receive_policy``, a ``regex_subscription_mode``
+  other than ``PersistentOnly``) raise ``Unsupported`` unless left at their defaults;
+- beyond pulsar-client, ``subscribe`` takes the keyword-only ``retry_enable`` (also reading
+  ``{topic}-{subscription}-RETRY``, as Java's client; not for a pattern),
+  ``negative_ack_redelivery_backoff``, ``ack_timeout_redelivery_backoff``,
+  ``ack_timeout_tick_time_ms`` and ``priority_level``; the asyncio ``subscribe`` also takes a
+  compiled pattern and ``pattern_auto_discovery_period`` (keyword-only), and has ``create_reader``;
+- ``message_listener`` / ``reader_listener`` run on a thread of each consumer's / reader's own
+  (Pulsar shares ``message_listener_threads``), and ``receive`` / ``read_next`` then raise
+  ``Unsupported`` (Pulsar: ``InvalidConfiguration``);
+- a reader of a partitioned topic started at a concrete message id starts that id's partition there
+  and every other partition at ``MessageId.latest``.
 """
 
 from magnetar.client.errors import (
@@ -47,26 +74,47 @@ from magnetar.client.errors import (
     Unsupported,
 )
 from magnetar.client.message import Message
-from magnetar.client.options import CompressionType, ConsumerType, InitialPosition, Result, result_of
-from magnetar.client.sync import Client, Consumer, Producer
+from magnetar.client.options import (
+    BatchingType,
+    CompressionType,
+    ConsumerCryptoFailureAction,
+    ConsumerDeadLetterPolicy,
+    ConsumerKeySharedPolicy,
+    ConsumerType,
+    InitialPosition,
+    KeySharedMode,
+    MultiplierRedeliveryBackoff,
+    RegexSubscriptionMode,
+    Result,
+    result_of,
+)
+from magnetar.client.sync import Client, Consumer, Producer, Reader
 from magnetar.protocol.message_id import MessageId
 
 __all__ = [
     "AlreadyClosed",
+    "BatchingType",
     "ChecksumError",
     "Client",
     "CompressionType",
     "Consumer",
+    "ConsumerCryptoFailureAction",
+    "ConsumerDeadLetterPolicy",
+    "ConsumerKeySharedPolicy",
     "ConsumerType",
     "CumulativeAcknowledgementNotAllowedError",
     "InitialPosition",
+    "KeySharedMode",
     "MagnetarError",
     "Message",
     "MessageId",
     "MessageTooLarge",
+    "MultiplierRedeliveryBackoff",
     "NotConnected",
     "Producer",
     "ProducerQueueIsFull",
+    "Reader",
+    "RegexSubscriptionMode",
     "Result",
     "Timeout",
     "TopicNotFound",

@@ -15,6 +15,12 @@ for a partitioned topic, one partition producer/consumer is created per partitio
 that owns it. Each of them stays attached to its topic's owner on its own (``reconnect``): when
 a connection drops or the broker hands the topic over, it looks the topic up again and re-creates
 itself there, with backoff, while the application keeps sending and receiving.
+
+A consumer may span several topics: ``subscribe`` takes a topic, a list of topics or a compiled
+pattern (``multi_topic``), and one ``Consumer`` then holds a partition consumer for every partition
+of every topic; a pattern consumer re-lists its namespace every ``pattern_auto_discovery_period``
+seconds and adds or drops topics as they come and go. ``create_reader`` makes a ``Reader``
+(``reader``): a non-durable Exclusive consumer that starts at a given message id.
 """
 
 from __future__ import annotations
@@ -22,15 +28,34 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+import re
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from magnetar.client.connection import Connection, normalize_url, service_urls
 from magnetar.client.consumer import Consumer, PartitionConsumer
+from magnetar.client.consumer_config import ConsumerConfig
+from magnetar.client.dead_letter import retry_letter_topic
 from magnetar.client.errors import ProducerQueueIsFull
 from magnetar.client.message import Message
-from magnetar.client.options import CompressionType, ConsumerType, InitialPosition, Result
+from magnetar.client.multi_topic import PatternWatcher, TopicPattern
+from magnetar.client.options import (
+    BatchingType,
+    CompressionType,
+    ConsumerCryptoFailureAction,
+    ConsumerDeadLetterPolicy,
+    ConsumerKeySharedPolicy,
+    ConsumerType,
+    InitialPosition,
+    KeySharedMode,
+    MultiplierRedeliveryBackoff,
+    RedeliveryBackoff,
+    RegexSubscriptionMode,
+    Result,
+)
 from magnetar.client.producer import PartitionProducer, Producer, ProducerConfig
+from magnetar.client.reader import Reader, reader_subscription_name, start_for_partition
 from magnetar.client.reconnect import Backoff
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import (
@@ -40,25 +65,35 @@ from magnetar.protocol.errors import (
     RetryableError,
     ServiceNotReady,
     Timeout,
+    Unsupported,
 )
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.topic_name import TopicName
 
 __all__ = [
+    "BatchingType",
     "Client",
     "CompressionType",
     "Consumer",
+    "ConsumerCryptoFailureAction",
+    "ConsumerDeadLetterPolicy",
+    "ConsumerKeySharedPolicy",
     "ConsumerType",
     "InitialPosition",
+    "KeySharedMode",
     "MagnetarError",
     "Message",
     "MessageId",
+    "MultiplierRedeliveryBackoff",
     "Producer",
     "ProducerQueueIsFull",
+    "Reader",
+    "RegexSubscriptionMode",
     "Result",
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_SERVICE_URL = "magnetar://127.0.0.1:6650"
 MAX_LOOKUP_REDIRECTS = 8
@@ -98,6 +133,7 @@ class Client:
         self._ids = itertools.count(1)
         self._producers: list[Producer] = []
         self._consumers: list[Consumer] = []
+        self._watchers: list[PatternWatcher] = []
         self._closed = False
         # The wait between attempts; tests swap in a recorder instead of sleeping for real.
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -194,19 +230,27 @@ class Client:
         """How many partitions ``topic`` has, retrying retryable errors until the operation timeout."""
         if topic.partition_index >= 0:
             return 0  # a single partition named directly
+
+        async def ask() -> int:
+            conn = await self._service_connection()
+            answer: cmds.PartitionedMetadataResponse = await conn.request(cmds.partitioned_metadata(str(topic)))
+            return int(answer.get("partitions") or 0)
+
+        return await self._retrying(ask, f"partition metadata of {topic}")
+
+    async def _retrying(self, ask: Callable[[], Awaitable[T]], what: str) -> T:
+        """``ask()``, again with backoff after each retryable error, until the operation timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._op_timeout
         backoff = self.new_backoff()
         while True:
             try:
-                conn = await self._service_connection()
-                answer: cmds.PartitionedMetadataResponse = await conn.request(cmds.partitioned_metadata(str(topic)))
-                return int(answer.get("partitions") or 0)
+                return await ask()
             except RetryableError as exc:
                 delay = backoff.next()
                 if loop.time() + delay >= deadline:
                     raise
-                log.info("partition metadata of %s: %s; retrying in %.3fs", topic, exc, delay)
+                log.info("%s: %s; retrying in %.3fs", what, exc, delay)
                 await self.sleep(delay)
 
     async def get_topic_partitions(self, topic: str) -> list[str]:
@@ -235,6 +279,7 @@ class Client:
         batching_max_messages: int = 1000,
         batching_max_allowed_size_in_bytes: int = 128 * 1024,
         batching_max_publish_delay_ms: float = 10,
+        batching_type: BatchingType = BatchingType.Default,
     ) -> Producer:
         """Create a producer on ``topic`` (short names expand to ``persistent://public/default/…``).
 
@@ -252,6 +297,7 @@ class Client:
             batching_max_messages=batching_max_messages,
             batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
             batching_max_publish_delay_ms=batching_max_publish_delay_ms,
+            batching_type=batching_type,
         )
         name = TopicName.parse(topic)
         partitions = await self._partitions(name)
@@ -270,42 +316,289 @@ class Client:
 
     async def subscribe(
         self,
-        topic: str,
+        topic: str | Sequence[str] | re.Pattern[str],
         subscription_name: str,
-        *,
         consumer_type: ConsumerType = ConsumerType.Exclusive,
-        initial_position: InitialPosition = InitialPosition.Latest,
+        schema: Any = None,
         receiver_queue_size: int = 1000,
+        max_total_receiver_queue_size_across_partitions: int = 50000,
         consumer_name: str | None = None,
+        unacked_messages_timeout_ms: int | None = None,
+        broker_consumer_stats_cache_time_ms: int = 30000,
+        negative_ack_redelivery_delay_ms: int = 60000,
+        is_read_compacted: bool = False,
+        properties: dict[str, str] | None = None,
+        initial_position: InitialPosition = InitialPosition.Latest,
+        crypto_key_reader: Any = None,
+        replicate_subscription_state_enabled: bool = False,
+        max_pending_chunked_message: int = 10,
+        auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+        start_message_id_inclusive: bool = False,
+        batch_receive_policy: Any = None,
+        key_shared_policy: ConsumerKeySharedPolicy | None = None,
+        batch_index_ack_enabled: bool = False,
+        regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly,
+        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
+        is_pattern_topic: bool = False,
+        *,
+        pattern_auto_discovery_period: int = 60,
+        retry_enable: bool = False,
+        negative_ack_redelivery_backoff: RedeliveryBackoff | None = None,
+        ack_timeout_redelivery_backoff: RedeliveryBackoff | None = None,
+        ack_timeout_tick_time_ms: int = 1000,
+        priority_level: int = 0,
     ) -> Consumer:
-        """Subscribe to ``topic`` (every partition of it, if partitioned) as ``subscription_name``."""
-        name = TopicName.parse(topic)
-        consumer_type = ConsumerType(consumer_type)
-        initial_position = InitialPosition(initial_position)
-        partitions = await self._partitions(name)
-        consumer = Consumer(str(name), subscription_name, consumer_type)
+        """Subscribe to a topic, a list of topics or a topic pattern as ``subscription_name``.
 
-        async def one(target: str, index: int) -> PartitionConsumer:
+        The positional arguments are ``pulsar.asyncio.Client.subscribe``'s, in its order (``topic``
+        may also be a compiled ``re.Pattern``, as for the blocking ``pulsar.Client``); the
+        keyword-only ones are ``pulsar.Client``'s ``pattern_auto_discovery_period`` and Magnetar's
+        extensions (``consumer_config.ConsumerConfig``). One ``Consumer`` serves every partition of
+        every topic. A pattern lists its namespace now and every ``pattern_auto_discovery_period``
+        seconds, adding the topics that appear and dropping those that go (``multi_topic``).
+        With ``retry_enable`` the consumer also reads its retry topic,
+        ``{first topic}-{subscription}-RETRY`` (not for a pattern, as in Pulsar's Java client).
+        """
+        pattern = _topic_pattern(topic, is_pattern_topic)
+        if (
+            pattern is not None
+            and RegexSubscriptionMode(regex_subscription_mode) != RegexSubscriptionMode.PersistentOnly
+        ):
+            raise Unsupported(
+                f"{RegexSubscriptionMode(regex_subscription_mode)} is not supported: "
+                "Magnetar has persistent topics only"
+            )
+        config = ConsumerConfig(
+            subscription_name,
+            consumer_type,
+            schema=schema,
+            receiver_queue_size=receiver_queue_size,
+            max_total_receiver_queue_size_across_partitions=max_total_receiver_queue_size_across_partitions,
+            consumer_name=consumer_name,
+            unacked_messages_timeout_ms=unacked_messages_timeout_ms,
+            broker_consumer_stats_cache_time_ms=broker_consumer_stats_cache_time_ms,
+            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
+            is_read_compacted=is_read_compacted,
+            properties=properties,
+            pattern_auto_discovery_period=pattern_auto_discovery_period,
+            initial_position=initial_position,
+            crypto_key_reader=crypto_key_reader,
+            replicate_subscription_state_enabled=replicate_subscription_state_enabled,
+            max_pending_chunked_message=max_pending_chunked_message,
+            auto_ack_oldest_chunked_message_on_queue_full=auto_ack_oldest_chunked_message_on_queue_full,
+            start_message_id_inclusive=start_message_id_inclusive,
+            batch_receive_policy=batch_receive_policy,
+            key_shared_policy=key_shared_policy,
+            batch_index_ack_enabled=batch_index_ack_enabled,
+            regex_subscription_mode=regex_subscription_mode,
+            dead_letter_policy=dead_letter_policy,
+            crypto_failure_action=crypto_failure_action,
+            retry_enable=retry_enable,
+            negative_ack_redelivery_backoff=negative_ack_redelivery_backoff,
+            ack_timeout_redelivery_backoff=ack_timeout_redelivery_backoff,
+            ack_timeout_tick_time_ms=ack_timeout_tick_time_ms,
+            priority_level=priority_level,
+        )
+        if dead_letter_policy is not None or retry_enable:
+            config.producer_factory = self._letter_producer
+            config.subscriber_factory = self._ensure_subscription
+        if pattern is None:
+            assert not isinstance(topic, re.Pattern)
+            topics = _topic_list(topic)
+            if retry_enable:
+                retry = retry_letter_topic(topics[0], subscription_name)
+                if retry not in topics:
+                    topics.append(retry)
+            # A list names its consumer as pulsar-client's multi-topic consumer does: made up.
+            display = topic if isinstance(topic, str) else f"{topics[-1]}-TopicsConsumerFakeName-{secrets.token_hex(5)}"
+            return await self._subscribe(
+                str(TopicName.parse(display)) if isinstance(topic, str) else display, topics, config
+            )
+        return await self._subscribe_pattern(pattern, config)
+
+    async def _subscribe(
+        self,
+        display_topic: str,
+        topics: list[str],
+        config: ConsumerConfig,
+        *,
+        register: bool = True,
+    ) -> Consumer:
+        """One ``Consumer`` over every partition of ``topics`` (full names), registered for ``close()``."""
+        consumer = Consumer(display_topic, config)
+        parts = await self._partition_consumers(consumer, topics, config)
+        consumer._add_parts(parts)
+        if register:
+            self._consumers.append(consumer)
+        return consumer
+
+    async def _partition_consumers(
+        self,
+        consumer: Consumer,
+        topics: Sequence[str],
+        config: ConsumerConfig,
+        *,
+        durable: bool = True,
+        start: Callable[[int], MessageId] | None = None,
+    ) -> list[PartitionConsumer]:
+        """Subscribe (and attach) a ``PartitionConsumer`` for each partition of each topic, all at once.
+
+        ``durable=False`` and ``start`` make a reader's: ``start(i)`` is the start id of partition
+        ``i``, ``start(-1)`` that of a topic that is not partitioned. If any of them fails, those
+        that succeeded are closed and the first error is raised.
+        """
+        names = [TopicName.parse(t) for t in topics]
+        counts = await asyncio.gather(*(self._partitions(n) for n in names))
+        inclusive = config.start_message_id_inclusive
+
+        async def one(target: str, index: int, partitioned: bool) -> PartitionConsumer:
             part = PartitionConsumer(
                 self,
                 target,
                 index,
-                subscription=subscription_name,
-                consumer_type=consumer_type,
-                initial_position=initial_position,
-                receiver_queue_size=receiver_queue_size,
-                consumer_name=consumer_name,
+                config,
                 deliver=consumer._deliver,
                 on_closed=consumer._on_partition_closed,
                 discard_queued=consumer._discard_queued,
+                durable=durable,
+                start_message_id=None if start is None else start(index if partitioned else -1),
+                start_inclusive=inclusive if start is not None else False,
             )
             await part.attach_first()
             return part
 
-        parts = await self._create_all([one(t, i) for t, i in self._targets(name, partitions)])
-        consumer._attach(parts)
-        self._consumers.append(consumer)
+        targets = [(t, i, n > 0) for name, n in zip(names, counts, strict=True) for t, i in self._targets(name, n)]
+        return await self._create_all([one(t, i, partitioned) for t, i, partitioned in targets])
+
+    async def _subscribe_pattern(self, pattern: re.Pattern[str], config: ConsumerConfig) -> Consumer:
+        topic_pattern = TopicPattern.parse(pattern)
+        topics = sorted(topic_pattern.filter(await self._topics_of_namespace(topic_pattern.namespace)))
+        consumer = await self._subscribe(pattern.pattern, topics, config)
+
+        async def add(new: list[str]) -> list[str]:
+            added: list[str] = []
+            for t in new:
+                if _is_closed(consumer):
+                    break
+                try:
+                    parts = await self._partition_consumers(consumer, [t], config)
+                except MagnetarError as exc:
+                    log.warning("pattern %s: cannot subscribe to %s yet: %s", pattern.pattern, t, exc)
+                    continue
+                if _is_closed(consumer):
+                    await asyncio.gather(*(p.close() for p in parts), return_exceptions=True)
+                    break
+                consumer._add_parts(parts)
+                added.append(t)
+            return added
+
+        async def remove(gone: list[str]) -> None:
+            gone_names = set(gone)
+            parts = [p for p in consumer.partitions if str(TopicName.parse(p.topic).partitioned_base) in gone_names]
+            if parts:
+                await consumer._remove_parts(parts)  # closes them too
+
+        watcher = PatternWatcher(
+            topic_pattern,
+            config.pattern_auto_discovery_period,
+            topics,
+            list_topics=self._topics_of_namespace,
+            add_topics=add,
+            remove_topics=remove,
+            is_closed=lambda: _is_closed(consumer),
+        )
+        watcher.start()
+        self._watchers.append(watcher)
         return consumer
+
+    async def _topics_of_namespace(self, namespace: str) -> list[str]:
+        """The persistent topics of ``tenant/namespace`` (a partitioned one once, by its own name)."""
+
+        async def ask() -> list[str]:
+            conn = await self._service_connection()
+            answer: cmds.TopicsOfNamespaceResponse = await conn.request(cmds.get_topics_of_namespace(namespace))
+            return [str(t) for t in answer.get("topics") or ()]
+
+        return await self._retrying(ask, f"topics of {namespace}")
+
+    async def _letter_producer(self, topic: str) -> Producer:
+        """A dead letter / retry letter producer: unbatched, so each letter is alone in its entry."""
+        return await self.create_producer(topic, batching_enabled=False)
+
+    async def _ensure_subscription(self, topic: str, subscription: str) -> None:
+        """Create ``subscription`` on ``topic`` (from its earliest message) if it does not exist yet."""
+        config = ConsumerConfig(subscription, ConsumerType.Shared, initial_position=InitialPosition.Earliest)
+        consumer = await self._subscribe(str(TopicName.parse(topic)), [topic], config, register=False)
+        await consumer.close()
+
+    # ---------------------------------------------------------------- readers
+
+    async def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId,
+        schema: Any = None,
+        reader_listener: Callable[[Reader, Message], Any] | None = None,
+        receiver_queue_size: int = 1000,
+        reader_name: str | None = None,
+        subscription_role_prefix: str | None = None,
+        is_read_compacted: bool = False,
+        crypto_key_reader: Any = None,
+        start_message_id_inclusive: bool = False,
+        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
+    ) -> Reader:
+        """A reader on ``topic`` from ``start_message_id``; arguments as ``pulsar.Client.create_reader``.
+
+        ``reader_listener(reader, message)``, if given, is called on the client's loop for every
+        message (``read_next`` is then not to be called), as Pulsar calls it on its listener thread.
+        """
+        if not isinstance(topic, str):
+            raise ValueError(f"Argument topic is expected to be of type 'str' and not '{type(topic).__name__}'")
+        if not isinstance(start_message_id, MessageId):
+            raise ValueError(
+                "Argument start_message_id is expected to be of type 'MessageId' and not "
+                f"'{type(start_message_id).__name__}'"
+            )
+        name = TopicName.parse(topic)
+        config = ConsumerConfig(
+            reader_subscription_name(subscription_role_prefix),
+            ConsumerType.Exclusive,
+            schema=schema,
+            receiver_queue_size=receiver_queue_size,
+            consumer_name=reader_name,
+            is_read_compacted=is_read_compacted,
+            crypto_key_reader=crypto_key_reader,
+            start_message_id_inclusive=start_message_id_inclusive,
+            crypto_failure_action=crypto_failure_action,
+        )
+        consumer = Consumer(str(name), config)
+        parts = await self._partition_consumers(
+            consumer,
+            [str(name)],
+            config,
+            durable=False,
+            start=lambda index: start_for_partition(start_message_id, index),
+        )
+        consumer._add_parts(parts)
+        self._consumers.append(consumer)
+        partitioned = any(p.partition >= 0 for p in parts) and name.partition_index < 0
+        reader = Reader(
+            str(name),
+            consumer,
+            start_message_id,
+            start_message_id_inclusive,
+            partitioned=partitioned,
+            on_close=self._forget_consumer,
+        )
+        if reader_listener is not None:
+            reader.start_listener(reader_listener)
+        return reader
+
+    def _forget_consumer(self, consumer: Consumer) -> None:
+        """A closed reader's consumer: ``close()`` has nothing left to do for it."""
+        if consumer in self._consumers:
+            self._consumers.remove(consumer)
 
     @staticmethod
     async def _create_all(coros: list[Any]) -> list[Any]:
@@ -330,6 +623,9 @@ class Client:
             return
         producers, self._producers = self._producers, []
         consumers, self._consumers = self._consumers, []
+        watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            await watcher.stop()
         results = await asyncio.gather(
             *(p.close() for p in producers), *(c.close() for c in consumers), return_exceptions=True
         )
@@ -343,3 +639,41 @@ class Client:
             conn.close()
         for conn in conns:
             await conn.wait_closed()
+
+
+def _topic_pattern(topic: object, is_pattern_topic: bool) -> re.Pattern[str] | None:
+    """The pattern of a pattern subscription (None for a topic or a list of topics).
+
+    A compiled pattern is one (``pulsar.Client.subscribe``); so is a string with
+    ``is_pattern_topic=True`` (``pulsar.asyncio.Client.subscribe``). Anything else that is not a
+    string or a list of strings is refused with pulsar-client's ``ValueError``.
+    """
+    if isinstance(topic, re.Pattern):
+        if not isinstance(topic.pattern, str):
+            raise ValueError("a topic pattern must be a str pattern, not bytes")
+        return topic
+    if isinstance(topic, str):
+        return re.compile(topic) if is_pattern_topic else None
+    if isinstance(topic, list | tuple):
+        if is_pattern_topic:
+            raise ValueError(
+                "Argument 'topic' must be a string when 'is_pattern_topic' is True; "
+                "lists of topics do not support pattern subscriptions"
+            )
+        return None
+    raise ValueError("Argument 'topic' is expected to be of a type between (str, list, re.pattern)")
+
+
+def _topic_list(topic: str | Sequence[str]) -> list[str]:
+    """Full names of the topics to subscribe to, each once, in the order given."""
+    names = [topic] if isinstance(topic, str) else list(topic)
+    if not names:
+        raise ValueError("subscribe needs at least one topic")
+    for t in names:
+        if not isinstance(t, str):
+            raise ValueError(f"Argument 'topic' must list topic names (str), not {type(t).__name__}")
+    return list(dict.fromkeys(str(TopicName.parse(t)) for t in names))
+
+
+def _is_closed(consumer: Consumer) -> bool:
+    return bool(getattr(consumer, "_closing", False))

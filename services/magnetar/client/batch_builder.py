@@ -8,6 +8,11 @@ compression, CRC) happens once in ``encode``.
 
 Every message of a batch shares the batch's future: the broker answers one ``send_receipt`` per
 batch, and a ``SendReceipt`` is just (batch, index), so the client makes no future per message.
+
+A batch also carries what its entry's ``meta`` says about all of its messages (WIRE.md R29): ``key``,
+the key a Key_Shared subscription routes the whole entry by, and ``deliver_at``, set only on the
+one-message entry of a delayed message (R20e), which is never batched with others (``batched``
+False, so its id has batch index -1, as in Pulsar).
 """
 
 from __future__ import annotations
@@ -36,16 +41,45 @@ SendCallback = Callable[[Any, MessageId | None], None]
 class Batch:
     """One batch of records, open (accumulating) or in flight (sent, awaiting its receipt)."""
 
-    __slots__ = ("callbacks", "count", "first_seq", "future", "meta", "nbytes", "opened_at", "payload", "records")
+    __slots__ = (
+        "batched",
+        "callbacks",
+        "count",
+        "deliver_at",
+        "first_seq",
+        "future",
+        "key",
+        "last_seq",
+        "meta",
+        "nbytes",
+        "opened_at",
+        "payload",
+        "records",
+    )
 
-    def __init__(self, first_seq: int, opened_at: float, future: asyncio.Future[tuple[int, int, int]]) -> None:
+    def __init__(
+        self,
+        first_seq: int,
+        opened_at: float,
+        future: asyncio.Future[tuple[int, int, int]],
+        *,
+        batched: bool = True,
+        key: str | None = None,
+        deliver_at: int | None = None,
+    ) -> None:
         self.records: list[Record] = []
         self.nbytes = 0
         self.count = 0
         self.first_seq = first_seq
+        # The producer's sequence id of the last message: with key-based batching a batch holds
+        # every n-th message, so first_seq + count - 1 is not it.
+        self.last_seq = first_seq
         self.opened_at = opened_at
         self.future = future
         self.callbacks: list[tuple[int, SendCallback]] | None = None
+        self.batched = batched
+        self.key = key
+        self.deliver_at = deliver_at
         # The sealed form, kept until the receipt so the batch can be resent after a reconnect.
         self.meta: EntryMeta | None = None
         self.payload: bytes | None = None
@@ -65,14 +99,23 @@ class Batch:
     def is_full(self, max_messages: int, max_bytes: int) -> bool:
         return self.count >= max_messages or self.nbytes >= max_bytes
 
-    def encode(self, *, producer_name: str, compression: CompressionType, batched: bool) -> tuple[EntryMeta, bytes]:
-        """Seal: msgpack, compress and checksum the records once for the whole batch."""
+    def encode(
+        self, *, producer_name: str, compression: CompressionType, batched: bool | None = None
+    ) -> tuple[EntryMeta, bytes]:
+        """Seal: msgpack, compress and checksum the records once for the whole batch.
+
+        ``batched`` overrides the batch's own flag (kept for callers that encode a bare batch).
+        """
+        if batched is not None:
+            self.batched = batched
         meta, payload = encode_batch(
             self.records,
             producer_name=producer_name,
             first_sequence_id=self.first_seq,
             compression=compression,
-            batched=batched,
+            batched=self.batched,
+            key=self.key,
+            deliver_at=self.deliver_at,
         )
         self.records = []  # the payload holds the data now; drop the per-record objects early
         return meta, payload
@@ -82,10 +125,14 @@ class Batch:
             self.callbacks = []
         self.callbacks.append((index, callback))
 
-    def resolve(self, ledger: int, entry: int, partition: int, batched: bool) -> None:
+    def resolve(self, ledger: int, entry: int, partition: int, batched: bool | None = None) -> None:
+        """Complete every message of the batch; ``batched`` overrides the batch's own flag."""
+        if batched is not None:
+            self.batched = batched
         if not self.future.done():
             self.future.set_result((ledger, entry, partition))
         if self.callbacks:
+            batched = self.batched
             for index, callback in self.callbacks:
                 _call(callback, Result.Ok, MessageId(ledger, entry, partition, index if batched else -1))
 
@@ -139,3 +186,30 @@ class SendReceipt:
         """The message id, once ``done()``; raises the send's error if it failed."""
         ledger, entry, partition = self._batch.future.result()
         return MessageId(ledger, entry, partition, self._index)
+
+
+class KeyedBatches:
+    """The open batches of key-based batching (Pulsar's ``BatchingType.KeyBased``): one per key.
+
+    Messages are grouped by key (ordering key, else partition key; the messages without one form
+    one more group), so each sealed entry holds one key and a Key_Shared subscription can route
+    every message by it. The limits (``batching_max_messages``, bytes, delay) apply to all the
+    groups together, as in Pulsar's ``BatchMessageKeyBasedContainer``: when they are reached every
+    group is sealed, in the order of its first message, which is also sequence-id order, the order
+    the broker's receipts come back in.
+    """
+
+    __slots__ = ("batches", "count", "nbytes")
+
+    def __init__(self) -> None:
+        self.batches: dict[str | None, Batch] = {}
+        self.count = 0
+        self.nbytes = 0
+
+    def take(self) -> list[Batch]:
+        """Every open batch, oldest first (a dict keeps the order keys first arrived in); then empty."""
+        batches = list(self.batches.values())
+        self.batches = {}
+        self.count = 0
+        self.nbytes = 0
+        return batches

@@ -9,18 +9,28 @@ is what users hold: for a partitioned topic it routes each message to a partitio
 
 Hot path per message: a size check, ``[payload, props, key, ts, seq]`` appended to the open batch,
 and a two-slot ``SendReceipt``. No task and no future per message.
+
+Entry keys and delayed messages (WIRE.md R29, R20e): each entry's ``meta.k`` is the key a
+Key_Shared subscription routes it by — the ordering key of a message if it has one, else its
+partition key; for a default batch of mixed keys the first key in it (so the batch goes whole to one
+consumer, as Pulsar's default batcher does), and with ``BatchingType.KeyBased`` every batch holds
+one key (``batch_builder.KeyedBatches``). A message with ``deliver_at`` / ``deliver_after`` goes
+alone in its entry (``meta.dt``), after the open batch is sealed so that send order is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
+from datetime import timedelta
 
-from magnetar.client.batch_builder import RECORD_OVERHEAD, Batch, SendCallback, SendReceipt
+from magnetar.client.batch_builder import RECORD_OVERHEAD, Batch, KeyedBatches, SendCallback, SendReceipt
 from magnetar.client.connection import Connection
 from magnetar.client.errors import ProducerQueueIsFull
+from magnetar.client.options import BatchingType
 from magnetar.client.reconnect import Attachment, Resolver
 from magnetar.client.routing import RoundRobinRouter
 from magnetar.protocol import commands as cmds
@@ -50,6 +60,41 @@ def check_content(content: object) -> None:
         raise TypeError(f"message content must be bytes, not {type(content).__name__}")
 
 
+# The rarely used per-message options, (ordering key, custom sequence id, deliver-at ms); None when
+# none is given, so that the common message carries one ``None`` through the hot path.
+MessageOptions = tuple[str | None, int | None, int | None]
+
+
+def delivery_time(deliver_at: int | None, deliver_after: timedelta | None) -> int | None:
+    """The deliver-at time (ms since the epoch) of a message sent with ``deliver_at`` / ``deliver_after``.
+
+    Worked out at the call, so a delay counts from ``send``, not from when the batch is sealed.
+    ``deliver_after`` wins when both are given, and a zero or missing value means "not delayed",
+    as in pulsar-client (whose ``_build_msg`` sets them in that order, each only when truthy);
+    a value of the wrong type is a ``ValueError``, as pulsar-client's argument checks raise.
+    """
+    if deliver_at is not None and (type(deliver_at) is bool or not isinstance(deliver_at, int)):
+        raise ValueError("Argument deliver_at is expected to be either None or of type 'int'")
+    if deliver_after is not None and not isinstance(deliver_after, timedelta):
+        raise ValueError("Argument deliver_after is expected to be either None or of type 'timedelta'")
+    if deliver_after:
+        return int(time.time() * 1000) + int(deliver_after / timedelta(milliseconds=1))
+    return deliver_at or None
+
+
+def message_options(
+    ordering_key: str | None, sequence_id: int | None, deliver_at: int | None, deliver_after: timedelta | None
+) -> MessageOptions | None:
+    """The options of one message, checked (``ValueError`` as pulsar-client), or None when there are none."""
+    if ordering_key is None and sequence_id is None and deliver_at is None and deliver_after is None:
+        return None
+    if ordering_key is not None and not isinstance(ordering_key, str):
+        raise ValueError("Argument ordering_key is expected to be either None or of type 'str'")
+    if sequence_id is not None and (type(sequence_id) is bool or not isinstance(sequence_id, int)):
+        raise ValueError("Argument sequence_id is expected to be either None or of type 'int'")
+    return (ordering_key, sequence_id, delivery_time(deliver_at, deliver_after))
+
+
 class ProducerConfig:
     """The options of ``create_producer``, validated once (names and defaults as Pulsar's)."""
 
@@ -58,6 +103,7 @@ class ProducerConfig:
         "batching_max_allowed_size_in_bytes",
         "batching_max_messages",
         "batching_max_publish_delay_ms",
+        "batching_type",
         "block_if_queue_full",
         "compression_type",
         "max_pending_messages",
@@ -77,8 +123,10 @@ class ProducerConfig:
         batching_max_messages: int = 1000,
         batching_max_allowed_size_in_bytes: int = 128 * 1024,
         batching_max_publish_delay_ms: float = 10,
+        batching_type: BatchingType = BatchingType.Default,
     ) -> None:
         compression_type = CompressionType(compression_type)
+        batching_type = BatchingType(batching_type)
         if compression_type == CompressionType.SNAPPY:
             raise Unsupported("CompressionType.SNAPPY is not supported by the Magnetar client; use LZ4, ZLib or ZSTD")
         if batching_max_messages < 1 or batching_max_allowed_size_in_bytes < 1:
@@ -94,6 +142,7 @@ class ProducerConfig:
         self.batching_max_messages = batching_max_messages if batching_enabled else 1
         self.batching_max_allowed_size_in_bytes = batching_max_allowed_size_in_bytes
         self.batching_max_publish_delay_ms = batching_max_publish_delay_ms
+        self.batching_type = batching_type
 
 
 class PartitionProducer(Attachment):
@@ -127,6 +176,10 @@ class PartitionProducer(Attachment):
         self.max_pending = config.max_pending_messages
         self._compression = config.compression_type
         self._batch: Batch | None = None
+        # Key-based batching keeps one open batch per key here instead of ``_batch``.
+        self._keyed: KeyedBatches | None = (
+            KeyedBatches() if config.batching_enabled and config.batching_type == BatchingType.KeyBased else None
+        )
         self._inflight: deque[Batch] = deque()
         self.pending = 0  # messages in the open batch plus in flight
         self._capacity_waiters: list[asyncio.Future[None]] = []
@@ -214,9 +267,14 @@ class PartitionProducer(Attachment):
         event_timestamp: int | None = None,
         callback: SendCallback | None = None,
         *,
+        options: MessageOptions | None = None,
         check_capacity: bool = True,
     ) -> SendReceipt:
         """Add a message to the open batch without waiting; raises if refused.
+
+        ``options`` (``message_options``) carries the rarely used ordering key, custom sequence id
+        and deliver-at time; a message with any of them, and every message of a key-based batching
+        producer, takes ``_send_special``.
 
         This is the per-message hot path: keep it to checks, one list append and counters.
         """
@@ -240,12 +298,16 @@ class PartitionProducer(Attachment):
                 size += len(k) + len(v) + 2
         else:
             properties = _NO_PROPERTIES
+        if options is not None or self._keyed is not None:
+            return self._send_special(content, properties, partition_key, event_timestamp, callback, size, options)
         batch = self._batch
         if batch is None:
             batch = self._open_batch()
         elif batch.nbytes + size > self._max_bytes:  # (a full batch by count was sealed already)
             self._seal()
             batch = self._open_batch()
+        if partition_key is not None and batch.key is None:
+            batch.key = partition_key  # the first key of the batch routes it (WIRE.md R29)
         seq = self._next_seq
         self._next_seq = seq + 1
         records = batch.records
@@ -256,6 +318,67 @@ class PartitionProducer(Attachment):
         if callback is not None:
             batch.add_callback(n - 1, callback)
         if n >= self._max_messages or batch.nbytes >= self._max_bytes:
+            self._seal()
+        return SendReceipt(batch, n - 1 if self._batching else -1)
+
+    def _send_special(
+        self,
+        content: bytes,
+        properties: dict[str, str],
+        partition_key: str | None,
+        event_timestamp: int | None,
+        callback: SendCallback | None,
+        size: int,
+        options: MessageOptions | None,
+    ) -> SendReceipt:
+        """``send_nowait`` for a message with options, or under key-based batching (checks done).
+
+        The key is the ordering key, else the partition key. A delayed message goes alone in its
+        entry (sealed at once, after what was open); under key-based batching the message joins its
+        key's batch; otherwise the open batch, as on the hot path. A custom sequence id goes in the
+        record (what consumers see); the producer's own counter still numbers the ``send`` frames,
+        by which receipts are matched. The ordering key, when given, is the record's sixth item.
+        """
+        ordering_key, sequence_id, deliver_at = options if options is not None else (None, None, None)
+        key = partition_key if ordering_key is None else ordering_key
+        keyed = self._keyed
+        if deliver_at is not None:
+            batch = self._open_delayed(key, deliver_at)
+        elif keyed is not None:
+            batch = self._open_keyed(keyed, key, size)
+        else:
+            open_batch = self._batch
+            if open_batch is None:
+                batch = self._open_batch()
+            elif open_batch.nbytes + size > self._max_bytes:
+                self._seal()
+                batch = self._open_batch()
+            else:
+                batch = open_batch
+            if key is not None and batch.key is None:
+                batch.key = key
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        record = [content, properties, partition_key, event_timestamp or 0, seq if sequence_id is None else sequence_id]
+        if ordering_key is not None:
+            record.append(ordering_key)
+        records = batch.records
+        records.append(record)
+        batch.count = n = len(records)
+        batch.nbytes += size
+        batch.last_seq = seq
+        self.pending += 1
+        if callback is not None:
+            batch.add_callback(n - 1, callback)
+        if deliver_at is not None:
+            self._seal_batch(batch)
+            return SendReceipt(batch, -1)
+        if keyed is not None:
+            keyed.count += 1
+            keyed.nbytes += size
+            if keyed.count >= self._max_messages or keyed.nbytes >= self._max_bytes:
+                self._seal()
+        elif n >= self._max_messages or batch.nbytes >= self._max_bytes:
             self._seal()
         return SendReceipt(batch, n - 1 if self._batching else -1)
 
@@ -276,7 +399,7 @@ class PartitionProducer(Attachment):
 
     def _open_batch(self) -> Batch:
         now = self._loop.time()
-        batch = self._batch = Batch(self._next_seq, now, self._loop.create_future())
+        batch = self._batch = Batch(self._next_seq, now, self._loop.create_future(), batched=self._batching)
         if self._batching:
             self._loop.call_at(now + self._delay, self._on_batch_timer, batch)
         return batch
@@ -285,19 +408,48 @@ class PartitionProducer(Attachment):
         if self._batch is batch:
             self._seal()
 
+    def _open_keyed(self, keyed: KeyedBatches, key: str | None, size: int) -> Batch:
+        """The open batch of ``key`` under key-based batching (sealing them all first if this would overflow)."""
+        if keyed.count and keyed.nbytes + size > self._max_bytes:
+            self._seal()
+        batches = keyed.batches
+        batch = batches.get(key)
+        if batch is None:
+            now = self._loop.time()
+            if not batches:  # the delay runs from the first message of the whole container
+                self._loop.call_at(now + self._delay, self._on_keyed_timer, batches)
+            batch = batches[key] = Batch(self._next_seq, now, self._loop.create_future(), key=key)
+        return batch
+
+    def _on_keyed_timer(self, batches: dict[str | None, Batch]) -> None:
+        keyed = self._keyed
+        if keyed is not None and keyed.batches is batches and batches:
+            self._seal()
+
+    def _open_delayed(self, key: str | None, deliver_at: int) -> Batch:
+        """A batch of its own for a delayed message, after sealing what is open (send order is kept)."""
+        self._seal()
+        future = self._loop.create_future()
+        return Batch(self._next_seq, self._loop.time(), future, batched=False, key=key, deliver_at=deliver_at)
+
     def _seal(self) -> None:
-        """Encode the open batch (one msgpack + compress + CRC) and queue its ``send`` frame.
+        """Seal every open batch (the default one, or each key's under key-based batching)."""
+        batch = self._batch
+        if batch is not None:
+            self._batch = None
+            self._seal_batch(batch)
+        keyed = self._keyed
+        if keyed is not None and keyed.batches:
+            for batch in keyed.take():
+                self._seal_batch(batch)
+
+    def _seal_batch(self, batch: Batch) -> None:
+        """Encode one batch (one msgpack + compress + CRC) and queue its ``send`` frame.
 
         Detached, the sealed batch only joins ``_inflight``; the next attach sends it.
         """
-        batch = self._batch
-        if batch is None:
-            return
-        self._batch = None
         try:
-            meta, payload = batch.encode(
-                producer_name=self.producer_name, compression=self._compression, batched=self._batching
-            )
+            meta, payload = batch.encode(producer_name=self.producer_name, compression=self._compression)
         except (TypeError, ValueError) as exc:  # e.g. a property value msgpack cannot encode
             self._complete(batch, MagnetarError(f"cannot encode batch: {exc}"))
             return
@@ -329,7 +481,7 @@ class PartitionProducer(Attachment):
         batch.payload = None  # receipts may be held long after; the bytes are not needed any more
         batch.meta = None
         if exc is None:
-            batch.resolve(ledger, entry, self.partition, self._batching)
+            batch.resolve(ledger, entry, self.partition)
         else:
             batch.fail(exc)
         self.pending -= batch.count
@@ -349,7 +501,8 @@ class PartitionProducer(Attachment):
                 return  # a late receipt for a batch that already timed out
             inflight.popleft()
             if head.first_seq == seq:
-                self.last_sequence_id = seq + head.count - 1
+                last = head.first_seq + head.count - 1
+                self.last_sequence_id = last if head.last_seq < last else head.last_seq
                 self._complete(head, None, ledger, entry)
                 return
             # Receipts come in seq order, so an older batch without one was lost by the broker.
@@ -385,6 +538,9 @@ class PartitionProducer(Attachment):
         if self._batch is not None:
             batch, self._batch = self._batch, None
             self._complete(batch, exc)
+        if self._keyed is not None:
+            for batch in self._keyed.take():
+                self._complete(batch, exc)
         while self._inflight:
             self._complete(self._inflight.popleft(), exc)
         if self._timeout_handle is not None:
@@ -435,7 +591,7 @@ class PartitionProducer(Attachment):
                 log.debug("close_producer on %s: %s", self.topic, exc)
             finally:
                 conn.unregister_producer(self.producer_id)
-        unacknowledged = bool(self._inflight) or self._batch is not None
+        unacknowledged = bool(self._inflight) or self._batch is not None or bool(self._keyed and self._keyed.batches)
         self._fail_all(
             AlreadyClosed(f"producer on {self.topic} closed before the message was acknowledged")
             if unacknowledged
@@ -484,10 +640,31 @@ class Producer:
         content: bytes,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
+        ordering_key: str | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: list[str] | None = None,
+        disable_replication: bool = False,
         event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
     ) -> MessageId:
-        """Publish one message and wait until it is durable; returns its id."""
-        receipt = await self.send_async(content, properties, partition_key, event_timestamp)
+        """Publish one message and wait until it is durable; returns its id.
+
+        Arguments as ``pulsar.asyncio.Producer.send``. ``replication_clusters`` and
+        ``disable_replication`` are accepted and ignored: Magnetar has no geo-replication.
+        """
+        receipt = await self.send_async(
+            content,
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            replication_clusters,
+            disable_replication,
+            event_timestamp,
+            deliver_at,
+            deliver_after,
+        )
         return await receipt
 
     async def send_async(
@@ -495,26 +672,69 @@ class Producer:
         content: bytes,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
+        ordering_key: str | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: list[str] | None = None,
+        disable_replication: bool = False,
         event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
         callback: SendCallback | None = None,
     ) -> SendReceipt:
-        """Queue one message (waiting only for room under ``max_pending_messages``); await the receipt."""
+        """Queue one message (waiting only for room under ``max_pending_messages``); await the receipt.
+
+        The message arguments are ``send``'s; ``callback(result, msg_id)``, if given, is also called
+        with the outcome.
+        """
+        options = (
+            None
+            if ordering_key is None and sequence_id is None and deliver_at is None and deliver_after is None
+            else message_options(ordering_key, sequence_id, deliver_at, deliver_after)
+        )
         router = self._router
         part = self._parts[0] if router is None else self._parts[router.choose(partition_key)]
         if part.pending >= part.max_pending:
             await part.wait_for_capacity_or_raise()
-        return part.send_nowait(content, properties, partition_key, event_timestamp, callback)
+        return part.send_nowait(content, properties, partition_key, event_timestamp, callback, options=options)
 
     def send_nowait(
         self,
         content: bytes,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
+        ordering_key: str | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: list[str] | None = None,
+        disable_replication: bool = False,
         event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
         callback: SendCallback | None = None,
     ) -> SendReceipt:
         """Queue one message without waiting; raises ``ProducerQueueIsFull`` when there is no room."""
-        return self._pick(partition_key).send_nowait(content, properties, partition_key, event_timestamp, callback)
+        options = message_options(ordering_key, sequence_id, deliver_at, deliver_after)
+        return self._pick(partition_key).send_nowait(
+            content, properties, partition_key, event_timestamp, callback, options=options
+        )
+
+    def _enqueue(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None,
+        partition_key: str | None,
+        event_timestamp: int | None,
+        callback: SendCallback | None,
+        options: MessageOptions | None = None,
+    ) -> SendReceipt:
+        """``send_nowait`` with the options already checked and worked out (``message_options``).
+
+        The blocking producer's bulk hand-over uses it: the options were checked, and
+        ``deliver_after`` turned into a time, in the caller's thread at the call, not later when
+        the loop gets to the message.
+        """
+        return self._pick(partition_key).send_nowait(
+            content, properties, partition_key, event_timestamp, callback, options=options
+        )
 
     async def flush(self) -> None:
         """Send buffered batches now and wait for every pending message's outcome."""

@@ -15,22 +15,41 @@ internal threads: keep them short and never call blocking client methods from th
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import threading
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from magnetar.client import aio
+from magnetar.client import reader as aio_reader
 from magnetar.client.batch_builder import SendCallback
+from magnetar.client.consumer import PartitionConsumer
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError, ProducerQueueIsFull
 from magnetar.client.message import Message
-from magnetar.client.options import CompressionType, ConsumerType, InitialPosition, Result
-from magnetar.client.producer import check_content
-from magnetar.protocol.errors import AlreadyClosed, MagnetarError
+from magnetar.client.options import (
+    BatchingType,
+    CompressionType,
+    ConsumerCryptoFailureAction,
+    ConsumerDeadLetterPolicy,
+    ConsumerKeySharedPolicy,
+    ConsumerType,
+    InitialPosition,
+    RedeliveryBackoff,
+    RegexSubscriptionMode,
+    Result,
+)
+from magnetar.client.producer import MessageOptions, check_content, message_options
+from magnetar.protocol.errors import AlreadyClosed, MagnetarError, Unsupported
 from magnetar.protocol.message_id import MessageId
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
-_Pending = tuple[bytes, dict[str, str] | None, str | None, int | None, SendCallback]
+# A queued message: content, properties, partition key, event time, callback, and the rarely used
+# options (``producer.message_options``) or None, so the common message stays a short tuple.
+_Pending = tuple[bytes, dict[str, str] | None, str | None, int | None, SendCallback, MessageOptions | None]
 
 
 class _LoopThread:
@@ -104,6 +123,7 @@ class Client:
         batching_max_messages: int = 1000,
         batching_max_allowed_size_in_bytes: int = 128 * 1024,
         batching_max_publish_delay_ms: float = 10,
+        batching_type: BatchingType = BatchingType.Default,
     ) -> Producer:
         """Create a producer; options and defaults are those of ``pulsar.Client.create_producer``."""
         producer = self._lt.run(
@@ -118,31 +138,134 @@ class Client:
                 batching_max_messages=batching_max_messages,
                 batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
                 batching_max_publish_delay_ms=batching_max_publish_delay_ms,
+                batching_type=batching_type,
             )
         )
         return Producer(self._lt, producer, max_pending_messages, block_if_queue_full)
 
     def subscribe(
         self,
-        topic: str,
+        topic: str | list[str] | re.Pattern[str],
         subscription_name: str,
         consumer_type: ConsumerType = ConsumerType.Exclusive,
+        schema: Any = None,
+        message_listener: Callable[[Consumer, Message], Any] | None = None,
         receiver_queue_size: int = 1000,
+        max_total_receiver_queue_size_across_partitions: int = 50000,
         consumer_name: str | None = None,
+        unacked_messages_timeout_ms: int | None = None,
+        broker_consumer_stats_cache_time_ms: int = 30000,
+        negative_ack_redelivery_delay_ms: int = 60000,
+        is_read_compacted: bool = False,
+        properties: dict[str, str] | None = None,
+        pattern_auto_discovery_period: int = 60,
         initial_position: InitialPosition = InitialPosition.Latest,
+        crypto_key_reader: Any = None,
+        replicate_subscription_state_enabled: bool = False,
+        max_pending_chunked_message: int = 10,
+        auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+        start_message_id_inclusive: bool = False,
+        batch_receive_policy: Any = None,
+        key_shared_policy: ConsumerKeySharedPolicy | None = None,
+        batch_index_ack_enabled: bool = False,
+        regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly,
+        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
+        *,
+        retry_enable: bool = False,
+        negative_ack_redelivery_backoff: RedeliveryBackoff | None = None,
+        ack_timeout_redelivery_backoff: RedeliveryBackoff | None = None,
+        ack_timeout_tick_time_ms: int = 1000,
+        priority_level: int = 0,
     ) -> Consumer:
-        """Subscribe; options and defaults are those of ``pulsar.Client.subscribe``."""
+        """Subscribe to a topic, a list of topics or a pattern (``re.compile(...)``).
+
+        Positional arguments, names and defaults are ``pulsar.Client.subscribe``'s; the keyword-only
+        ones are Magnetar's extensions (see ``consumer_config``). ``message_listener(consumer,
+        message)`` is called on a thread of the consumer's own for every message, and ``receive``
+        is then refused, as in pulsar-client.
+        """
+        if message_listener is not None and not callable(message_listener):
+            raise ValueError("message_listener must be callable(consumer, message)")
         consumer = self._lt.run(
             self._client.subscribe(
                 topic,
                 subscription_name,
-                consumer_type=consumer_type,
-                initial_position=initial_position,
-                receiver_queue_size=receiver_queue_size,
-                consumer_name=consumer_name,
+                consumer_type,
+                schema,
+                receiver_queue_size,
+                max_total_receiver_queue_size_across_partitions,
+                consumer_name,
+                unacked_messages_timeout_ms,
+                broker_consumer_stats_cache_time_ms,
+                negative_ack_redelivery_delay_ms,
+                is_read_compacted,
+                properties,
+                initial_position,
+                crypto_key_reader,
+                replicate_subscription_state_enabled,
+                max_pending_chunked_message,
+                auto_ack_oldest_chunked_message_on_queue_full,
+                start_message_id_inclusive,
+                batch_receive_policy,
+                key_shared_policy,
+                batch_index_ack_enabled,
+                regex_subscription_mode,
+                dead_letter_policy,
+                crypto_failure_action,
+                pattern_auto_discovery_period=pattern_auto_discovery_period,
+                retry_enable=retry_enable,
+                negative_ack_redelivery_backoff=negative_ack_redelivery_backoff,
+                ack_timeout_redelivery_backoff=ack_timeout_redelivery_backoff,
+                ack_timeout_tick_time_ms=ack_timeout_tick_time_ms,
+                priority_level=priority_level,
             )
         )
-        return Consumer(self._lt, consumer, ConsumerType(consumer_type))
+        wrapped = Consumer(self._lt, consumer, ConsumerType(consumer_type))
+        if message_listener is not None:
+            wrapped._start_listener(message_listener)
+        return wrapped
+
+    def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId,
+        schema: Any = None,
+        reader_listener: Callable[[Reader, Message], Any] | None = None,
+        receiver_queue_size: int = 1000,
+        reader_name: str | None = None,
+        subscription_role_prefix: str | None = None,
+        is_read_compacted: bool = False,
+        crypto_key_reader: Any = None,
+        start_message_id_inclusive: bool = False,
+        crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL,
+    ) -> Reader:
+        """A reader on ``topic`` from ``start_message_id``; arguments as ``pulsar.Client.create_reader``.
+
+        ``reader_listener(reader, message)`` is called on a thread of the reader's own for every
+        message (``read_next`` is then refused).
+        """
+        if reader_listener is not None and not callable(reader_listener):
+            raise ValueError("reader_listener must be callable(reader, message)")
+        reader = self._lt.run(
+            self._client.create_reader(
+                topic,
+                start_message_id,
+                schema,
+                None,
+                receiver_queue_size,
+                reader_name,
+                subscription_role_prefix,
+                is_read_compacted,
+                crypto_key_reader,
+                start_message_id_inclusive,
+                crypto_failure_action,
+            )
+        )
+        wrapped = Reader(self._lt, reader)
+        if reader_listener is not None:
+            wrapped._start_listener(reader_listener)
+        return wrapped
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._lt.run(self._client.get_topic_partitions(topic))
@@ -168,7 +291,7 @@ class Producer:
         self._p = producer
         self._max_pending = max_pending
         self._block = block
-        self._queue: deque[tuple[bytes, dict[str, str] | None, str | None, int | None, SendCallback]] = deque()
+        self._queue: deque[_Pending] = deque()
         self._wakeup_pending = False
         self._cond = threading.Condition()
         self._inflight = 0
@@ -191,17 +314,28 @@ class Producer:
         callback: SendCallback,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
+        ordering_key: str | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: list[str] | None = None,
+        disable_replication: bool = False,
         event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
     ) -> None:
-        """Queue a message; ``callback(result, msg_id)`` gets ``Result.Ok`` or the error."""
+        """Queue a message; ``callback(result, msg_id)`` gets ``Result.Ok`` or the error.
+
+        Arguments as ``pulsar.Producer.send_async``; ``replication_clusters`` and
+        ``disable_replication`` are accepted and ignored (Magnetar has no geo-replication).
+        """
         # Refused here, not later on the client's loop thread where the queue behind it would stall.
         check_content(content)
         if not callable(callback):
             raise TypeError(f"send_async needs a callable callback(result, msg_id), not {type(callback).__name__}")
+        extra = message_options(ordering_key, sequence_id, deliver_at, deliver_after)
         if not self._reserve(self._block):
             callback(ProducerQueueIsFull(f"{self._max_pending} messages pending"), None)
             return
-        self._queue.append((content, properties, partition_key, event_timestamp, callback))
+        self._queue.append((content, properties, partition_key, event_timestamp, callback, extra))
         if not self._wakeup_pending:
             self._wakeup_pending = True
             self._loop.call_soon_threadsafe(self._drain)
@@ -211,9 +345,15 @@ class Producer:
         content: bytes,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
+        ordering_key: str | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: list[str] | None = None,
+        disable_replication: bool = False,
         event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
     ) -> MessageId:
-        """Publish one message and block until it is durable."""
+        """Publish one message and block until it is durable (arguments as ``pulsar.Producer.send``)."""
         if self._lt.in_loop_thread():
             raise RuntimeError("blocking send cannot be called from a client callback; use send_async")
         done = threading.Event()
@@ -224,10 +364,11 @@ class Producer:
             done.set()
 
         check_content(content)
+        extra = message_options(ordering_key, sequence_id, deliver_at, deliver_after)
         # Same path as send_async, so a send after some send_asyncs keeps their order.
         if not self._reserve(self._block):
             raise ProducerQueueIsFull(f"{self._max_pending} messages pending")
-        self._queue.append((content, properties, partition_key, event_timestamp, callback))
+        self._queue.append((content, properties, partition_key, event_timestamp, callback, extra))
         if not self._wakeup_pending:
             self._wakeup_pending = True
             self._loop.call_soon_threadsafe(self._drain)
@@ -260,11 +401,11 @@ class Producer:
         """On the loop: move every queued message into the asyncio producer's batches."""
         self._wakeup_pending = False  # cleared first: anything appended from now on re-arms it
         queue = self._queue
-        send = self._p.send_nowait
+        send = self._p._enqueue
         while queue:
-            content, properties, key, ts, callback = queue.popleft()
+            content, properties, key, ts, callback, extra = queue.popleft()
             try:
-                send(content, properties, key, ts, callback)
+                send(content, properties, key, ts, callback, extra)
             except MagnetarError as exc:
                 self._completed(1)
                 callback(exc, None)
@@ -294,6 +435,9 @@ class Producer:
 
 
 _CONSUMED, _ACK, _ACK_CUMULATIVE, _NACK = range(4)
+# A queued operation's target: a message, or a message id already resolved (in the caller's thread,
+# so that an id that belongs to no partition raises there) to (partition consumer, position, index).
+_Target = Message | tuple[PartitionConsumer, tuple[int, int], int]
 
 
 class Consumer:
@@ -304,8 +448,9 @@ class Consumer:
         self._loop = lt.loop
         self._c = consumer
         self._type = consumer_type
-        self._ops: deque[tuple[int, Message | MessageId]] = deque()
+        self._ops: deque[tuple[int, _Target]] = deque()
         self._wakeup_pending = False
+        self._listener: _Listener | None = None
 
     def topic(self) -> str:
         return self._c.topic()
@@ -313,8 +458,16 @@ class Consumer:
     def subscription_name(self) -> str:
         return self._c.subscription_name()
 
+    def consumer_name(self) -> str:
+        return self._c.consumer_name()
+
     def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
+        if self._listener is not None:
+            raise Unsupported("receive() cannot be called on a consumer with a message_listener")
+        return self._receive(timeout_millis)
+
+    def _receive(self, timeout_millis: int | None = None) -> Message:
         try:
             # Fast path: take a message already queued without a round trip to the loop; its
             # permit bookkeeping is handed over with the next batch of operations.
@@ -325,22 +478,27 @@ class Consumer:
         return msg
 
     def acknowledge(self, message: Message | MessageId) -> None:
-        self._op(_ACK, message)
+        self._op(_ACK, self._target(message))
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         if self._type in (ConsumerType.Shared, ConsumerType.KeyShared):
             raise CumulativeAcknowledgementNotAllowedError(
                 f"cumulative acknowledgement is not allowed on a {self._type.value} subscription"
             )
-        self._op(_ACK_CUMULATIVE, message)
+        self._op(_ACK_CUMULATIVE, self._target(message))
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
-        self._op(_NACK, message)
+        self._op(_NACK, self._target(message))
 
     def redeliver_unacknowledged_messages(self) -> None:
         self._loop.call_soon_threadsafe(self._c.redeliver_unacknowledged_messages)
 
-    def _op(self, kind: int, item: Message | MessageId) -> None:
+    def _target(self, message: Message | MessageId) -> _Target:
+        if isinstance(message, Message):
+            return message
+        return self._c._locate(message)
+
+    def _op(self, kind: int, item: _Target) -> None:
         self._ops.append((kind, item))
         if not self._wakeup_pending:
             self._wakeup_pending = True
@@ -358,13 +516,56 @@ class Consumer:
                 if owner is not None:
                     owner.message_consumed(item._info)
                 continue
-            owner, position, index = c._locate(item)
-            if kind == _ACK:
-                owner.acknowledge(position, index)
-            elif kind == _ACK_CUMULATIVE:
-                owner.acknowledge_cumulative(position, index)
-            else:
-                owner.negative_acknowledge(position)
+            if kind == _NACK and isinstance(item, Message):
+                c.negative_acknowledge(item)  # it knows the redelivery count (for a back-off)
+                continue
+            try:
+                owner, position, index = c._locate(item) if isinstance(item, Message) else item
+                if kind == _ACK:
+                    owner.acknowledge(position, index)
+                elif kind == _ACK_CUMULATIVE:
+                    owner.acknowledge_cumulative(position, index)
+                else:
+                    owner.negative_acknowledge(position)
+            except (MagnetarError, ValueError) as exc:  # e.g. a message of a consumer since closed
+                log.warning("dropping an acknowledgement on %s: %s", c.topic(), exc)
+
+    def seek(self, messageid: MessageId | int) -> None:
+        """Move the subscription to a message id or a publish time (ms since the epoch), as ``pulsar.Consumer.seek``."""
+        self._drain_in_loop()
+        self._lt.run(self._c.seek(messageid))
+
+    def reconsume_later(
+        self, message: Message, delay: timedelta | int, properties: dict[str, str] | None = None
+    ) -> None:
+        """Deliver ``message`` again after ``delay`` via the retry topic (needs ``retry_enable=True``)."""
+        self._drain_in_loop()
+        self._lt.run(self._c.reconsume_later(message, delay, properties))
+
+    def get_last_message_id(self) -> MessageId:
+        return self._lt.run(self._c.get_last_message_id())
+
+    def is_connected(self) -> bool:
+        return self._c.is_connected()
+
+    def pause_message_listener(self) -> None:
+        """Stop handing messages to the ``message_listener`` until ``resume_message_listener``."""
+        if self._listener is not None:
+            self._listener.pause()
+
+    def resume_message_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.resume()
+
+    def _start_listener(self, listener: Callable[[Consumer, Message], Any]) -> None:
+        self._listener = _Listener(
+            f"magnetar-listener {self._c.topic()}", lambda: self._receive(), lambda msg: listener(self, msg)
+        )
+
+    def _drain_in_loop(self) -> None:
+        """Hand queued acks to the loop before a blocking call (they must reach the broker first)."""
+        if self._ops:
+            self._loop.call_soon_threadsafe(self._drain)
 
     async def _close(self, unsubscribe: bool) -> None:
         self._drain()
@@ -379,3 +580,97 @@ class Consumer:
     def close(self) -> None:
         """Close; returns once acknowledgements made before it are durable."""
         self._lt.run(self._close(False))
+
+
+class Reader:
+    """Blocking reader (``client.create_reader``), mirroring ``pulsar.Reader``."""
+
+    def __init__(self, lt: _LoopThread, reader: aio_reader.Reader) -> None:
+        self._lt = lt
+        self._loop = lt.loop
+        self._r = reader
+        self._read: deque[Message] = deque()
+        self._wakeup_pending = False
+        self._listener: _Listener | None = None
+
+    def topic(self) -> str:
+        return self._r.topic()
+
+    def read_next(self, timeout_millis: int | None = None) -> Message:
+        """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
+        if self._listener is not None:
+            raise Unsupported("read_next() cannot be called on a reader with a reader_listener")
+        return self._read_next(timeout_millis)
+
+    def _read_next(self, timeout_millis: int | None = None) -> Message:
+        try:
+            # Fast path, as the consumer's: the read bookkeeping follows on the loop, in order.
+            msg = self._r.consumer._queue.popleft()
+        except IndexError:
+            return self._lt.run(self._r.read_next(timeout_millis))
+        self._read.append(msg)
+        if not self._wakeup_pending:
+            self._wakeup_pending = True
+            self._loop.call_soon_threadsafe(self._drain)
+        return msg
+
+    def _drain(self) -> None:
+        self._wakeup_pending = False
+        read = self._read
+        reader = self._r
+        while read:
+            reader._handed_out(read.popleft())
+
+    def has_message_available(self) -> bool:
+        """Whether a message can be read now from the current position."""
+        return self._lt.run(self._r.has_message_available())
+
+    def seek(self, messageid: MessageId | int) -> None:
+        """Move the reader to a message id or a publish time (ms since the epoch)."""
+        self._lt.run(self._r.seek(messageid))
+
+    def is_connected(self) -> bool:
+        return self._r.is_connected()
+
+    def _start_listener(self, listener: Callable[[Reader, Message], Any]) -> None:
+        self._listener = _Listener(
+            f"magnetar-reader-listener {self._r.topic()}", lambda: self._read_next(), lambda msg: listener(self, msg)
+        )
+
+    def close(self) -> None:
+        """Close the reader (its non-durable subscription goes with it)."""
+        self._lt.run(self._r.close())
+
+
+class _Listener:
+    """A thread that hands every message to a listener, as pulsar-client's listener threads do.
+
+    It blocks in ``take`` (the consumer's receive, or the reader's read) and stops when that raises
+    because the consumer or reader was closed. ``pause`` holds messages back (they stay queued).
+    """
+
+    def __init__(self, name: str, take: Callable[[], Message], give: Callable[[Message], Any]) -> None:
+        self._take = take
+        self._give = give
+        self._running = threading.Event()
+        self._running.set()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def _main(self) -> None:
+        while True:
+            self._running.wait()
+            try:
+                msg = self._take()
+            except (MagnetarError, RuntimeError):  # closed (AlreadyClosed), or the client's loop is gone
+                return
+            try:
+                self._give(msg)
+            except Exception:
+                log.exception("message listener raised")

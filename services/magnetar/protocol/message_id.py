@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import total_ordering
+from typing import ClassVar
 
 
 @total_ordering
@@ -18,6 +19,11 @@ class MessageId:
     entry_id: int
     partition: int = -1
     batch_index: int = -1
+
+    # Pulsar's ``MessageId.earliest`` / ``MessageId.latest`` (readers and seeks start there); set
+    # below the class, as they are instances of it.
+    earliest: ClassVar[MessageId]
+    latest: ClassVar[MessageId]
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, MessageId):
@@ -53,6 +59,9 @@ class MessageId:
         return (self.ledger_id, self.entry_id)
 
 
-# Pulsar's MessageId.earliest / latest sentinels.
+# Pulsar's MessageId.earliest / latest sentinels: before every message, after every message (the
+# wire's ``start_message_id`` values of WIRE.md R20f, ``subscribe``).
 EARLIEST = MessageId(-1, -1, -1, -1)
 LATEST = MessageId(2**63 - 1, 2**63 - 1, -1, -1)
+MessageId.earliest = EARLIEST
+MessageId.latest = LATEST
