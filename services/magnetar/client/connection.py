@@ -102,6 +102,8 @@ class ProducerHandler(Protocol):
 
 class ConsumerHandler(Protocol):
     def _on_message(self, frame: cmds.Message) -> None: ...
+
+    def _on_active_change(self, is_active: bool) -> None: ...
     def _connection_lost(self, conn: Connection, exc: MagnetarError) -> None: ...
     def _closed_by_broker(self, conn: Connection) -> None: ...
 
@@ -322,6 +324,12 @@ class Connection:
             consumer = self._consumers.pop(consumer_closed.get("consumer_id", -1), None)
             if consumer is not None:
                 consumer._closed_by_broker(self)
+            return
+        if t == cmds.ACTIVE_CONSUMER_CHANGE:
+            change: cmds.ActiveConsumerChange = frame
+            consumer = self._consumers.get(change.get("consumer_id", -1))
+            if consumer is not None:
+                consumer._on_active_change(bool(change.get("is_active")))
             return
         rid = frame.get("rid")
         if rid is None:

@@ -113,6 +113,8 @@ class PartitionConsumer(Attachment):
         self.partition = partition
         self.consumer_id = -1
         self.epoch = 0
+        # Failover: whether the broker says this consumer is the active one (None: not told).
+        self.is_active: bool | None = None
         self.config = config
         self._subscription = subscription if subscription is not None else config.subscription_name
         self._type = config.consumer_type
@@ -289,6 +291,10 @@ class PartitionConsumer(Attachment):
         self._nack_timer = self._tick = None
 
     # ---------------------------------------------------------------- incoming
+
+    def _on_active_change(self, is_active: bool) -> None:
+        """Failover: the broker made this consumer the active one, or a standby (WIRE.md R20b)."""
+        self.is_active = is_active
 
     def _on_message(self, frame: cmds.Message) -> None:
         meta = frame["meta"]
