@@ -84,6 +84,7 @@ class Service:
         self.argv = argv
         self.ready_marker = ready_marker
         self.url = url or ""
+        self.admin = ""  # the admin (web) URL, when the banner names it
         self.proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Service:
@@ -99,6 +100,9 @@ class Service:
                 m = re.search(r"service (\S+)", line)
                 if m and not self.url:
                     self.url = m.group(1)
+                m = re.search(r"admin (\S+)", line)
+                if m:
+                    self.admin = m.group(1)
                 break
         return self
 

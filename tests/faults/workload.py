@@ -15,6 +15,13 @@
 - ``drain()`` reads the drain subscription with a fresh client until it has been quiet for a
   while (longer if some acknowledged value has not arrived yet), and ``check()`` judges it all.
 
+Two options make it a consumption workload, judged by ``checker.delivery`` over the live
+subscription (Shared): ``nack_every=k`` has the live consumers negatively acknowledge the first
+delivery of every k-th value (they are redelivered after ``nack_delay_ms`` and acknowledged then),
+and ``delay_ms=(lo, hi)`` sends every message with a deliver-at time ``lo..hi`` ms ahead, to be
+checked for early deliveries and lateness. ``stop(live_within=...)`` then keeps the live consumers
+running until they acknowledged every value acknowledged to a producer (bounded).
+
 A producer whose client gives up (a closed producer, a failed creation) is created again with
 backoff, so the workload keeps going even if the client's own reconnection does not cover a case;
 that is noted in ``events``.
@@ -28,11 +35,25 @@ import dataclasses
 import json
 import logging
 import os
+import random
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.faults.checker import FAIL, OK, PENDING, UNKNOWN, CheckResult, Op, Read, check, make_value, position
+from tests.faults.checker import (
+    FAIL,
+    OK,
+    PENDING,
+    UNKNOWN,
+    CheckResult,
+    DeliveryResult,
+    Op,
+    Read,
+    check,
+    delivery,
+    make_value,
+    position,
+)
 
 from magnetar.client import aio as mg
 from magnetar.protocol.errors import (
@@ -85,6 +106,9 @@ class QueueWorkload:
         keep_alive: float = 2.0,
         max_backoff_ms: int = 2000,
         clock: Callable[[], float] = time.monotonic,
+        nack_every: int = 0,
+        nack_delay_ms: int = 200,
+        delay_ms: tuple[int, int] | None = None,
     ) -> None:
         self.service_url = service_url
         self.topic = topic
@@ -97,6 +121,12 @@ class QueueWorkload:
         self.keep_alive = keep_alive
         self.max_backoff_ms = max_backoff_ms
         self.clock = clock
+        self.nack_every = nack_every
+        self.nack_delay_ms = nack_delay_ms
+        self.delay_ms = delay_ms
+        self.live_acked: set[str] = set()
+        self.nacks = 0
+        self._live_changed = asyncio.Event()
         self.ops: list[Op] = []
         self.live_reads: list[Read] = []
         self.drain_reads: list[Read] = []
@@ -188,8 +218,11 @@ class QueueWorkload:
         await asyncio.sleep(seconds)  # the length of the run, not a wait for a condition
         await self.stop()
 
-    async def stop(self, settle_timeout: float = 45.0) -> None:
-        """Stop sending; wait for every outstanding send to end (bounded); stop the consumers."""
+    async def stop(self, settle_timeout: float = 45.0, live_within: float = 0.0) -> None:
+        """Stop sending; wait for every outstanding send to end (bounded); stop the consumers.
+
+        With ``live_within``, the live consumers first get up to that long to acknowledge every
+        value acknowledged to a producer (nacked and delayed ones come later than the rest)."""
         self._stopping = True
         self.event("stopping")
         producers = [t for t in self._tasks if t.get_name().startswith("faults-producer")]
@@ -207,12 +240,26 @@ class QueueWorkload:
                 op.status = UNKNOWN
                 op.error = op.error or "no outcome by the end of the run"
                 op.t_complete = self.clock()
+        if live_within > 0:
+            await self._wait_live_complete(live_within)
         self._consumer_stop.set()
         _, pending = await asyncio.wait(consumers, timeout=15) if consumers else (set(), set())
         for t in pending:
             t.cancel()
         await self.close_clients()
         self.event("stopped")
+
+    async def _wait_live_complete(self, within: float) -> None:
+        deadline = self.clock() + within
+        while True:
+            missing = sum(1 for op in self.ops if op.status == OK and op.value not in self.live_acked)
+            remaining = deadline - self.clock()
+            if not missing or remaining <= 0:
+                self.event(f"live consumers: {missing} acknowledged values not yet acknowledged live")
+                return
+            self._live_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._live_changed.wait(), min(remaining, 0.5))
 
     async def close_clients(self) -> None:
         clients, self._clients = self._clients, []
@@ -257,7 +304,11 @@ class QueueWorkload:
             seq += 1
             self.ops.append(op)
             try:
-                receipt = await producer.send_async(op.value.encode())
+                if self.delay_ms is not None:
+                    op.deliver_at = int(time.time() * 1000) + random.randint(*self.delay_ms)
+                    receipt = await producer.send_async(op.value.encode(), deliver_at=op.deliver_at)
+                else:
+                    receipt = await producer.send_async(op.value.encode())
             except asyncio.CancelledError:
                 if op.status == PENDING:
                     op.status, op.error, op.t_complete = FAIL, "cancelled before it was queued", self.clock()
@@ -329,6 +380,7 @@ class QueueWorkload:
                             LIVE_SUBSCRIPTION,
                             consumer_type=mg.ConsumerType.Shared,
                             initial_position=mg.InitialPosition.Earliest,
+                            negative_ack_redelivery_delay_ms=self.nack_delay_ms,
                         ),
                         self.operation_timeout + 5,
                     )
@@ -350,12 +402,25 @@ class QueueWorkload:
                 continue
             mid = msg.message_id()
             pos = position(mid.ledger_id, mid.entry_id, mid.batch_index)
-            self.live_reads.append(Read(msg.data().decode(errors="replace"), pos, self.clock()))
+            value = msg.data().decode(errors="replace")
+            redeliveries = msg.redelivery_count()
+            self.live_reads.append(Read(value, pos, self.clock(), int(time.time() * 1000), redeliveries))
+            if self.nack_every and redeliveries == 0 and self._nacked(value):
+                consumer.negative_acknowledge(msg)
+                self.nacks += 1
+                continue
             with contextlib.suppress(MagnetarError):
                 await consumer.acknowledge(msg)
+                self.live_acked.add(value)
+                self._live_changed.set()
         if consumer is not None:
             with contextlib.suppress(MagnetarError, TimeoutError):
                 await asyncio.wait_for(consumer.close(), 10)
+
+    def _nacked(self, value: str) -> bool:
+        """Whether the live consumers nack this value's first delivery: every ``nack_every``-th."""
+        parsed = value[1:].partition("-")[2]
+        return parsed.isdigit() and int(parsed) % self.nack_every == 0
 
     # ------------------------------------------------------------------ drain and check
 
@@ -419,6 +484,10 @@ class QueueWorkload:
                 result.examples[kind] = both.examples[kind]
         return result
 
+    def check_delivery(self) -> DeliveryResult:
+        """The live subscription's judgement: nothing acknowledged lost to nacks, nothing early."""
+        return delivery(self.ops, self.live_reads, self.live_acked)
+
     def dump(self, path: str | os.PathLike[str]) -> None:
         """Write the whole history (sends, reads, events) as JSON, for a post-mortem."""
         doc = {
@@ -436,4 +505,5 @@ class QueueWorkload:
             "live_reads": len(self.live_reads),
             "producer_recreations": self.producer_recreations,
             "consumer_recreations": self.consumer_recreations,
+            "nacks": self.nacks,
         }

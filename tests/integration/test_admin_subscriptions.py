@@ -5,18 +5,15 @@ forwarded to the owning broker in a two-broker cluster."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.protocol.wire import Wire, next_message, open_consumer, open_producer, publish, session
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, two_broker_cluster
 from tests.support.standalone import StandaloneProcess
 from tests.support.standalone import admin_call as call
 
@@ -211,14 +208,7 @@ def test_admin_cli_subscription_verbs(
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    if shutil.which("etcd") is None:
-        reason = "etcd is not installed (apt-get install etcd-server)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but {reason}")
-        pytest.skip(reason)
-    base: Path = tmp_path_factory.mktemp("admin-subscriptions")
-    with LocalCluster(base, bookies=1, brokers=2, ensemble_size=1, write_quorum=1, ack_quorum=1) as c:
-        yield c
+    yield from two_broker_cluster(tmp_path_factory, "admin-subscriptions")
 
 
 def _http(url: str, method: str, body: Any = None) -> tuple[int, dict[str, str], bytes]:

@@ -8,13 +8,10 @@ producers and consumers after a drop) is tested against the fake broker in
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, two_broker_cluster
 
 from magnetar.client import aio
 from magnetar.client.connection import normalize_url
@@ -26,14 +23,7 @@ from .wire import Wire, session
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    if shutil.which("etcd") is None:
-        reason = "etcd is not installed (apt-get install etcd-server)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but {reason}")
-        pytest.skip(reason)
-    base: Path = tmp_path_factory.mktemp("cluster")
-    with LocalCluster(base, bookies=1, brokers=2, ensemble_size=1, write_quorum=1, ack_quorum=1) as cluster:
-        yield cluster
+    yield from two_broker_cluster(tmp_path_factory, "cluster")
 
 
 def _lookup(url: str, topic: str) -> tuple[str, bool]:

@@ -31,7 +31,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -587,3 +587,19 @@ class ClusterMetadata:
         t = TopicName.parse(topic)
         found = await self.store.get(paths.ownership(t.tenant, t.namespace, bundle_of(t, bundles)))
         return str(json.loads(found.value)["id"]) if found is not None else None
+
+
+def two_broker_cluster(tmp_path_factory: Any, name: str) -> Iterator[LocalCluster]:
+    """etcd, one bookie (E1/Qw1/Qa1) and two brokers: the smallest cluster with ownership and
+    forwarding, for a module-scoped fixture (``yield from two_broker_cluster(tmp_path_factory,
+    "name")``). Skips without etcd, and fails instead under ``CI=true``."""
+    import pytest
+
+    if shutil.which("etcd") is None:
+        reason = "etcd is not installed (apt-get install etcd-server)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    base: Path = tmp_path_factory.mktemp(name)
+    with LocalCluster(base, bookies=1, brokers=2, ensemble_size=1, write_quorum=1, ack_quorum=1) as cluster:
+        yield cluster
