@@ -37,29 +37,8 @@ class AdminError(Exception):
         self.reason = reason
 
 
-def request(base: str, method: str, path: str, body: Any = None, timeout: float = 30) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        base.rstrip("/") + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-    except urllib.error.HTTPError as exc:
-        text = exc.read().decode(errors="replace")
-        try:
-            reason = json.loads(text).get("reason", text)
-        except (ValueError, AttributeError):
-            reason = text
-        raise AdminError(exc.code, reason) from None
-    except urllib.error.URLError as exc:
-        raise AdminError(0, f"cannot reach {base}: {exc.reason}") from None
-    return json.loads(raw) if raw.strip() else None
-
-
-def request_raw(base: str, method: str, path: str, timeout: float = 30) -> tuple[Mapping[str, str], bytes]:
-    """Like ``request`` for an answer that is not JSON (peek): its headers and body."""
-    req = urllib.request.Request(base.rstrip("/") + path, method=method)
+def _open(base: str, req: urllib.request.Request, timeout: float) -> tuple[Mapping[str, str], bytes]:
+    """Send ``req``; its headers and body, or ``AdminError`` with the broker's ``reason``."""
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return dict(resp.headers.items()), resp.read()
@@ -72,6 +51,20 @@ def request_raw(base: str, method: str, path: str, timeout: float = 30) -> tuple
         raise AdminError(exc.code, reason) from None
     except urllib.error.URLError as exc:
         raise AdminError(0, f"cannot reach {base}: {exc.reason}") from None
+
+
+def request(base: str, method: str, path: str, body: Any = None, timeout: float = 30) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        base.rstrip("/") + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    _, raw = _open(base, req, timeout)
+    return json.loads(raw) if raw.strip() else None
+
+
+def request_raw(base: str, method: str, path: str, timeout: float = 30) -> tuple[Mapping[str, str], bytes]:
+    """Like ``request`` for an answer that is not JSON (peek): its headers and body."""
+    return _open(base, urllib.request.Request(base.rstrip("/") + path, method=method), timeout)
 
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
