@@ -9,7 +9,8 @@ pretending.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.protocol.errors import InvalidCommand
@@ -139,7 +140,14 @@ def unenforced(policies: dict[str, Any]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class EffectivePolicies:
-    """What a topic runs with: topic overrides, then namespace policies, then broker defaults."""
+    """What a topic runs with: topic overrides, then namespace policies, then broker defaults.
+
+    The typed attributes are what the broker used before policies became live; ``values`` is the
+    merged view of every stored field (topic level over namespace level, field by field), which
+    features read with ``get`` so that a new policy needs no new attribute here. A topic gets a
+    new ``EffectivePolicies`` whenever a namespace or topic policy changes (``PersistentTopic.
+    apply_policies``), so the values are never cached elsewhere.
+    """
 
     ensemble_size: int
     write_quorum: int
@@ -148,11 +156,20 @@ class EffectivePolicies:
     max_consumers: int | None
     retention_minutes: int = 0
     retention_mb: int = 0
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The effective value of policy field ``name`` (topic over namespace), or ``default`` if unset."""
+        value = self.values.get(name)
+        return default if value is None else value
 
     @classmethod
     def resolve(cls, defaults: tuple[int, int, int], ns: dict[str, Any], topic: dict[str, Any]) -> EffectivePolicies:
-        def pick(field: str) -> Any:
-            return topic.get(field) if topic.get(field) is not None else ns.get(field)
+        merged = {k: v for k, v in ns.items() if v is not None}
+        merged.update({k: v for k, v in topic.items() if v is not None})
+
+        def pick(name: str) -> Any:
+            return merged.get(name)
 
         p = pick("persistence")
         e, qw, qa = defaults
@@ -168,4 +185,5 @@ class EffectivePolicies:
             mc or None,
             int(retention.get("retentionTimeInMinutes", 0)),
             int(retention.get("retentionSizeInMB", 0)),
+            merged,
         )

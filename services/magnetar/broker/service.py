@@ -32,6 +32,7 @@ from magnetar.broker.resources import Conflict, Resources
 from magnetar.broker.topic import PersistentTopic
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedger
+from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.metadata import paths
 from magnetar.metadata.store import MetadataStore
 from magnetar.protocol.entry import decode_entry
@@ -84,6 +85,8 @@ class BrokerService:
         self.extra_registries: list[Any] = []
         self._unwatch_session: Any = None
         self._unwatch: Any = None
+        self._unwatch_policies: list[Any] = []
+        self._refreshing: set[asyncio.Task[None]] = set()
         # Called when the metadata session is lost; the CLI makes it exit the process.
         self.on_fatal: Any = None
 
@@ -124,6 +127,10 @@ class BrokerService:
             on_session_lost = getattr(self.store, "on_session_lost", None)  # stores with leases (etcd)
             if on_session_lost is not None:
                 self._unwatch_session = on_session_lost(self._session_lost)
+        self._unwatch_policies = [
+            self.store.watch(paths.NAMESPACES, self._policies_changed),
+            self.store.watch(paths.TOPICS, self._policies_changed),
+        ]
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
         self.ready = True
 
@@ -208,6 +215,8 @@ class BrokerService:
             self._ticker.cancel()
         if self._unwatch_session is not None:
             self._unwatch_session()
+        for unwatch in self._unwatch_policies:
+            unwatch()
         if self.ownership is not None:
             await self.ownership.unregister()
         for name in list(self.topics):
@@ -249,7 +258,7 @@ class BrokerService:
 
     async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
         await self.ensure_owned(name)
-        ns_policies, _ = await self.resources.get_namespace(name.tenant, name.namespace)
+        await self.resources.get_namespace(name.tenant, name.namespace)
         record = await self.resources.get_topic(name)
         if record is not None and int(record[0].get("partitions", 0)) > 0:
             raise InvalidTopicName(f"{name} is a partitioned topic: use its partitions ({name}-partition-N)")
@@ -260,28 +269,63 @@ class BrokerService:
                 await self.resources.create_topic(name, 0)
             except AlreadyExists:
                 pass
-            record = await self.resources.get_topic(name)
-        topic_policies = (record[0].get("policies") if record else None) or {}
-        if record is None:  # a partition: topic-level policies live on the partitioned topic
-            base = await self.resources.get_topic(name.partitioned_base)
-            topic_policies = (base[0].get("policies") if base else None) or {}
-        c = self.config
-        eff = EffectivePolicies.resolve(
-            (c.default_ensemble_size, c.default_write_quorum, c.default_ack_quorum),
-            ns_policies,
-            topic_policies,
+        eff = await self.resolve_policies(name)
+        ml = await ManagedLedger.open(
+            name.path, self.store, self.ledgers, self._ml_config(eff), entry_messages=entry_messages
         )
-        ml_config = dataclasses.replace(
-            c.managed_ledger,
+        log.info("loaded topic %s (E/Qw/Qa %s/%s/%s)", name, eff.ensemble_size, eff.write_quorum, eff.ack_quorum)
+        return PersistentTopic(str(name), ml, policies=eff)
+
+    async def resolve_policies(self, name: TopicName) -> EffectivePolicies:
+        """The policies ``name`` runs with now: its topic-level ones (a partition's live on its
+        partitioned topic) over its namespace's, over the broker's defaults."""
+        ns_policies, _ = await self.resources.get_namespace(name.tenant, name.namespace)
+        record = await self.resources.get_topic(name)
+        if record is None and name.partition_index >= 0:
+            record = await self.resources.get_topic(name.partitioned_base)
+        topic_policies = (record[0].get("policies") if record else None) or {}
+        c = self.config
+        return EffectivePolicies.resolve(
+            (c.default_ensemble_size, c.default_write_quorum, c.default_ack_quorum), ns_policies, topic_policies
+        )
+
+    def _ml_config(self, eff: EffectivePolicies) -> ManagedLedgerConfig:
+        return dataclasses.replace(
+            self.config.managed_ledger,
             ensemble_size=eff.ensemble_size,
             write_quorum=eff.write_quorum,
             ack_quorum=eff.ack_quorum,
             retention_minutes=eff.retention_minutes,
             retention_mb=eff.retention_mb,
         )
-        ml = await ManagedLedger.open(name.path, self.store, self.ledgers, ml_config, entry_messages=entry_messages)
-        log.info("loaded topic %s (E/Qw/Qa %s/%s/%s)", name, eff.ensemble_size, eff.write_quorum, eff.ack_quorum)
-        return PersistentTopic(str(name), ml, max_producers=eff.max_producers, max_consumers=eff.max_consumers)
+
+    # ------------------------------------------------------------------ live policies
+    def _policies_changed(self, note: Any) -> None:
+        """A namespace or topic record changed: re-resolve the policies of the loaded topics it
+        governs (Pulsar applies policy updates to live topics; a producer need not reconnect)."""
+        parts = note.path.strip("/").split("/")
+        if len(parts) < 3:
+            return
+        tenant, ns = parts[1], parts[2]
+        local = parts[3] if parts[0] == paths.TOPICS.strip("/") and len(parts) > 3 else None
+        for key, topic in list(self.topics.items()):
+            name = TopicName.parse(key)
+            if name.tenant != tenant or name.namespace != ns:
+                continue
+            if local is not None and local not in (name.local_name, name.partitioned_base.local_name):
+                continue
+            task = asyncio.get_running_loop().create_task(self._refresh_policies(name, topic))
+            self._refreshing.add(task)
+            task.add_done_callback(self._refreshing.discard)
+
+    async def _refresh_policies(self, name: TopicName, topic: PersistentTopic) -> None:
+        try:
+            eff = await self.resolve_policies(name)
+        except Exception as exc:  # the namespace was deleted, the store is away: keep the old ones
+            log.info("policies of %s not refreshed: %s", name, exc)
+            return
+        if self.topics.get(str(name)) is topic:
+            topic.apply_policies(eff)
 
     async def unload_topic(self, key: str) -> None:
         topic = self.topics.pop(key, None)

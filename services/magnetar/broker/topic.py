@@ -8,11 +8,14 @@ goes away with its last consumer (WIRE.md R20f).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.subscription import Subscription
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol import commands as c
@@ -54,20 +57,17 @@ class Rate:
 
 
 class PersistentTopic:
-    def __init__(
-        self,
-        name: str,
-        ml: ManagedLedger,
-        *,
-        max_producers: int | None = None,
-        max_consumers: int | None = None,
-    ) -> None:
+    def __init__(self, name: str, ml: ManagedLedger, *, policies: EffectivePolicies | None = None) -> None:
         self.name = name
         self.ml = ml
         self.producers: dict[tuple[int, int], ServerProducer] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        self.max_producers = max_producers
-        self.max_consumers = max_consumers
+        self.policies = policies or EffectivePolicies(1, 1, 1, None, None)
+        self.max_producers = self.policies.max_producers
+        self.max_consumers = self.policies.max_consumers
+        # Called with the new policies after each ``apply_policies``: features that keep state
+        # derived from a policy (rate limiters, expiry, quotas) re-read it here.
+        self.policy_listeners: list[Callable[[EffectivePolicies], None]] = []
         self.msg_in = 0
         self.bytes_in = 0
         self.rate_in = Rate()
@@ -76,6 +76,29 @@ class PersistentTopic:
             # Durable subscriptions come back with their cursor; their type is set by the first
             # consumer that joins (Exclusive until then, as in Pulsar).
             self.subscriptions[cursor.name] = Subscription(name, ml, cursor, c.SUB_EXCLUSIVE)
+
+    # ------------------------------------------------------------------ policies
+    def apply_policies(self, eff: EffectivePolicies) -> None:
+        """Run with ``eff`` from now on (a namespace or topic policy changed).
+
+        Limits apply to what comes next: producers and consumers already over a lowered limit
+        stay, as in Pulsar. Retention changes reach the managed ledger, which trims at once if
+        it now may. The ensemble and quorums apply from the next ledger.
+        """
+        self.policies = eff
+        self.max_producers = eff.max_producers
+        self.max_consumers = eff.max_consumers
+        self.ml.config = dataclasses.replace(
+            self.ml.config,
+            ensemble_size=eff.ensemble_size,
+            write_quorum=eff.write_quorum,
+            ack_quorum=eff.ack_quorum,
+            retention_minutes=eff.retention_minutes,
+            retention_mb=eff.retention_mb,
+        )
+        self.ml.schedule_trim()
+        for listener in list(self.policy_listeners):
+            listener(eff)
 
     # ------------------------------------------------------------------ producers
     def add_producer(self, producer: ServerProducer) -> None:
