@@ -30,8 +30,10 @@ def test_r29_meta_has_the_documented_keys_and_payload_is_a_list_of_records(compr
     before = int(time.time() * 1000)
     meta, payload = encode_batch(records, producer_name="p", first_sequence_id=5, compression=compression)
     assert list(meta) == ["pn", "seq", "n", "crc", "comp", "usize", "pt", "b"]
-    # The optional keys: a Key_Shared routing key and a delayed message's deliver-at time.
-    assert set(meta) | {"k", "dt"} == set(EntryMeta.__annotations__)
+    # The optional keys: a Key_Shared routing key, a delayed message's deliver-at time, the highest
+    # sequence id (R40a), the chunk keys (R41a) and a compacted copy's removed indexes (R46c).
+    optional = {"k", "dt", "hs", "uuid", "cid", "cn", "ts", "cx"}
+    assert set(meta) | optional == set(EntryMeta.__annotations__)
     keyed, _ = encode_batch(records, producer_name="p", first_sequence_id=5, key="key", deliver_at=123)
     assert (keyed["k"], keyed["dt"]) == ("key", 123)
     assert (meta["pn"], meta["seq"], meta["n"], meta["comp"], meta["b"]) == ("p", 5, 2, int(compression), True)

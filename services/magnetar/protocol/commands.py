@@ -169,6 +169,8 @@ class Subscribe(TypedDict):
     # the earliest message, [2**63-1, 2**63-1, -1] the latest.
     start_message_id: NotRequired[WireMessageId]
     start_inclusive: NotRequired[bool]
+    # Read the compacted view, then the topic after its horizon (WIRE.md R46b; Exclusive/Failover).
+    read_compacted: NotRequired[bool]
 
 
 class Flow(TypedDict):
@@ -528,6 +530,7 @@ def subscribe(
     durable: bool = True,
     start_message_id: WireMessageId | None = None,
     start_inclusive: bool = False,
+    read_compacted: bool = False,
 ) -> Subscribe:
     """Optional fields are sent only when they differ from their defaults (an old broker then
     sees exactly the command it knows)."""
@@ -556,6 +559,8 @@ def subscribe(
         cmd["start_message_id"] = start_message_id
     if start_inclusive:
         cmd["start_inclusive"] = True
+    if read_compacted:
+        cmd["read_compacted"] = True
     return cmd
 
 

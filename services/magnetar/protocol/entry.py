@@ -15,7 +15,7 @@ specification.
 
 # No ``from __future__ import annotations`` here: TypedDict reads NotRequired[...] at runtime.
 
-from typing import NotRequired, TypedDict
+from typing import Final, NotRequired, TypedDict
 
 import msgpack
 
@@ -38,6 +38,22 @@ class EntryMeta(TypedDict):
     b: NotRequired[bool]  # whether the messages were batched (batch index -1 in ids if not)
     k: NotRequired[str]  # the entry's key, for Key_Shared dispatch (see WIRE.md R29)
     dt: NotRequired[int]  # deliver-at time, ms since the epoch: a delayed message (one per entry)
+    hs: NotRequired[int]  # highest sequence id, when not seq + n - 1 (custom ids, key-based batches; R40a)
+    # A chunk of a message too large for one entry (WIRE.md R41a): every chunk of one message carries
+    # the message's own meta (same ``seq``, ``pn``, ``k``, ``pt``, ``comp``, ``usize`` of the whole),
+    # with ``crc`` of its own slice, ``n`` 1, and these four keys.
+    uuid: NotRequired[str]  # "<producer name>-<sequence id>": which message the chunk belongs to
+    cid: NotRequired[int]  # chunk id, 0 .. cn-1, in order of the message's bytes
+    cn: NotRequired[int]  # number of chunks of the message
+    ts: NotRequired[int]  # total size of the message's (compressed) payload, all chunks together
+    cx: NotRequired[list[int]]  # batch indexes a compaction removed from this copy (WIRE.md R46c)
+
+
+# The chunk keys of ``EntryMeta`` (``client.chunking`` writes and reads them; the broker leaves them alone).
+META_CHUNK_UUID: Final = "uuid"
+META_CHUNK_ID: Final = "cid"
+META_NUM_CHUNKS: Final = "cn"
+META_TOTAL_CHUNK_SIZE: Final = "ts"
 
 
 def encode_entry(meta: EntryMeta, payload: bytes) -> bytes:

@@ -40,6 +40,8 @@ class ErrorCode(StrEnum):
     ALREADY_EXISTS = "AlreadyExists"
     INCOMPATIBLE_SCHEMA = "IncompatibleSchema"
     UNSUPPORTED = "Unsupported"
+    PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR = "ProducerBlockedQuotaExceededError"
+    PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION = "ProducerBlockedQuotaExceededException"
 
 
 class MagnetarError(Exception):
@@ -163,6 +165,21 @@ class Unsupported(MagnetarError):
     code = ErrorCode.UNSUPPORTED
 
 
+class ProducerBlockedQuotaExceededError(RetryableError):
+    """The topic's backlog quota is exceeded under ``producer_request_hold`` (WIRE.md R44a):
+    producer creation is refused until consumers catch up. Retryable, so that a producer
+    re-attaching keeps trying (as Pulsar's client does) while its sends wait for their timeout."""
+
+    code = ErrorCode.PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR
+
+
+class ProducerBlockedQuotaExceededException(MagnetarError):
+    """The topic's backlog quota is exceeded under ``producer_exception`` (WIRE.md R44a): the send
+    or producer creation fails at once."""
+
+    code = ErrorCode.PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION
+
+
 _BY_CODE: dict[str, type[MagnetarError]] = {
     cls.code.value: cls
     for cls in [
@@ -193,6 +210,8 @@ _BY_CODE: dict[str, type[MagnetarError]] = {
         NotFound,
         AlreadyExists,
         Unsupported,
+        ProducerBlockedQuotaExceededError,
+        ProducerBlockedQuotaExceededException,
     ]
 }
 

@@ -3,11 +3,16 @@
 ``batch`` is -1 for a message that was not sent in a batch, and ``partition`` is -1 for a topic
 that is not partitioned, as in Pulsar. Ids compare by (ledger, entry, batch) so that cumulative
 acknowledgement and "exactly once, in order" checks can use plain ordering.
+
+The id of a chunked message (WIRE.md R41b) is Pulsar's ``ChunkMessageIdImpl``: ledger and entry
+are its *last* chunk's (what it compares, prints and equals by, as in pulsar-client), and
+``first_chunk`` is the (ledger, entry) of its first chunk, which ``seek`` and an inclusive start
+use. ``serialize`` keeps it (as newer pulsar-clients serialize ``first_chunk_message_id``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import total_ordering
 from typing import ClassVar
 
@@ -19,6 +24,8 @@ class MessageId:
     entry_id: int
     partition: int = -1
     batch_index: int = -1
+    # Chunked messages only: the (ledger, entry) of the first chunk (None for every other message).
+    first_chunk: tuple[int, int] | None = field(default=None, compare=False)
 
     # Pulsar's ``MessageId.earliest`` / ``MessageId.latest`` (readers and seeks start there); set
     # below the class, as they are instances of it.
@@ -46,12 +53,23 @@ class MessageId:
         return cls(ledger, entry, partition, batch)
 
     def serialize(self) -> bytes:
-        """Bytes form, as Pulsar's ``MessageId.serialize``."""
-        return str(self).encode()
+        """Bytes form, as Pulsar's ``MessageId.serialize``; a chunked id adds ``;ledger:entry`` of its first chunk."""
+        first = self.first_chunk
+        if first is None:
+            return str(self).encode()
+        return f"{self};{first[0]}:{first[1]}".encode()
 
     @classmethod
     def deserialize(cls, data: bytes) -> MessageId:
-        return cls.parse(data.decode())
+        text = data.decode()
+        last, sep, first = text.partition(";")
+        if not sep:
+            return cls.parse(text)
+        mid = cls.parse(last)
+        parts = first.split(":")
+        if len(parts) != 2:
+            raise ValueError(f"message id {text!r}: first chunk {first!r} is not ledger:entry")
+        return cls(mid.ledger_id, mid.entry_id, mid.partition, mid.batch_index, (int(parts[0]), int(parts[1])))
 
     @property
     def position(self) -> tuple[int, int]:

@@ -1,7 +1,10 @@
-"""Topic names: ``persistent://tenant/namespace/topic``, with ``-partition-N`` for partitions.
+"""Topic names: ``{domain}://tenant/namespace/topic``, with ``-partition-N`` for partitions.
 
-Short names expand the way Pulsar's do: ``my-topic`` is ``persistent://public/default/my-topic``
-and ``tenant/ns/topic`` is ``persistent://tenant/ns/topic``.
+The domain is ``persistent`` (stored in a managed ledger) or ``non-persistent`` (never stored:
+delivered to the consumers connected at publish time, ``broker/non_persistent_topic.py``). Short
+names expand the way Pulsar's do, always to the persistent domain: ``my-topic`` is
+``persistent://public/default/my-topic`` and ``tenant/ns/topic`` is
+``persistent://tenant/ns/topic``; a non-persistent topic is always named in full.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from dataclasses import dataclass
 
 from magnetar.protocol.errors import InvalidTopicName
 
+PERSISTENT = "persistent"
+NON_PERSISTENT = "non-persistent"
+DOMAINS = (PERSISTENT, NON_PERSISTENT)
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 PARTITION_SUFFIX = "-partition-"
@@ -35,12 +41,10 @@ class TopicName:
         full = name
         if "://" in name:
             domain, rest = name.split("://", 1)
-            if domain not in ("persistent", "non-persistent"):
+            if domain not in DOMAINS:
                 raise InvalidTopicName(f"unknown domain {domain!r} in topic name {full!r}")
-            if domain == "non-persistent":
-                raise InvalidTopicName(f"non-persistent topics are not supported: {full!r}")
         else:
-            domain, rest = "persistent", name
+            domain, rest = PERSISTENT, name
         parts = rest.split("/")
         if len(parts) == 1 and "://" not in name:
             tenant, namespace, local = DEFAULT_TENANT, DEFAULT_NAMESPACE, parts[0]
@@ -49,7 +53,7 @@ class TopicName:
         else:
             raise InvalidTopicName(
                 f"topic name {full!r} must be 'topic', 'tenant/namespace/topic' or "
-                "'persistent://tenant/namespace/topic'"
+                "'{persistent|non-persistent}://tenant/namespace/topic'"
             )
         _check_segment("tenant", tenant, full)
         _check_segment("namespace", namespace, full)
@@ -58,6 +62,10 @@ class TopicName:
 
     def __str__(self) -> str:
         return f"{self.domain}://{self.tenant}/{self.namespace}/{self.local_name}"
+
+    @property
+    def is_persistent(self) -> bool:
+        return self.domain == PERSISTENT
 
     @property
     def namespace_name(self) -> str:
