@@ -35,10 +35,18 @@ Where we differ from Pulsar, on purpose or for now:
 - ``send_async`` callbacks receive ``Result.Ok`` or the exception itself (``result_of(exc)`` gives
   the Pulsar ``Result`` name);
 - ``receiver_queue_size=0`` behaves as 1 (no zero-queue consumer);
-- a partition key is routed by ``crc32c(key) % partitions`` (Pulsar uses Murmur3): stable, but a
-  Pulsar client would place keys differently;
-- ``create_producer`` takes Pulsar's names and defaults (``batching_type`` included) but not its
-  positional order after ``producer_name``, and batches by default (``batching_enabled=True``);
+- a partition key is routed by ``JavaStringHash`` by default (the Java client's default; the
+  Python client's ``BoostHash`` is refused), ``Murmur3_32Hash`` with the keyword-only
+  ``hashing_scheme``: both put a key on the partition a Java producer puts it on;
+- ``create_producer`` takes pulsar-client's arguments in its order, but batches by default
+  (``batching_enabled=True``), turns batching off for ``chunking_enabled=True`` instead of
+  refusing the pair, keeps ``properties`` on the client only and starts every partition producer
+  at once (``lazy_start_partitioned_producers`` is accepted); ``schema`` other than bytes,
+  ``encryption_key``, ``crypto_key_reader`` and ``access_mode`` other than ``Shared`` raise
+  ``Unsupported``;
+- partitions added to a topic are picked up every ``partitions_update_interval`` seconds (a
+  keyword-only ``Client`` option, the C++ client's setting; pulsar-client's Python API has none),
+  and a consumer subscribes an added partition from its earliest message;
 - a custom ``sequence_id`` reaches consumers (``Message.sequence_id()``), but the broker does not
   deduplicate by it (it has no deduplication yet) and ``last_sequence_id()`` counts the producer's
   own sequence; ``replication_clusters`` / ``disable_replication`` are accepted and ignored (no
@@ -46,7 +54,7 @@ Where we differ from Pulsar, on purpose or for now:
 - a default batch of messages with different keys is routed (Key_Shared) by the first key in it,
   even when its first message has none;
 - ``subscribe`` options that Magnetar does not implement (a schema other than bytes,
-  ``max_total_receiver_queue_size_across_partitions``, ``is_read_compacted``, ``crypto_key_reader``,
+  ``max_total_receiver_queue_size_across_partitions``, ``crypto_key_reader``,
   ``replicate_subscription_state_enabled``, ``batch_receive_policy``, a ``regex_subscription_mode``
   other than ``PersistentOnly``) raise ``Unsupported`` unless left at their defaults;
 - beyond pulsar-client, ``subscribe`` takes the keyword-only ``retry_enable`` (also reading
@@ -64,10 +72,14 @@ Where we differ from Pulsar, on purpose or for now:
 from magnetar.client.errors import (
     AlreadyClosed,
     ChecksumError,
+    ConsumerBusy,
     CumulativeAcknowledgementNotAllowedError,
     MagnetarError,
     MessageTooLarge,
     NotConnected,
+    ProducerBlockedQuotaExceededError,
+    ProducerBlockedQuotaExceededException,
+    ProducerBusy,
     ProducerQueueIsFull,
     Timeout,
     TopicNotFound,
@@ -81,9 +93,12 @@ from magnetar.client.options import (
     ConsumerDeadLetterPolicy,
     ConsumerKeySharedPolicy,
     ConsumerType,
+    HashingScheme,
     InitialPosition,
     KeySharedMode,
     MultiplierRedeliveryBackoff,
+    PartitionsRoutingMode,
+    ProducerAccessMode,
     RegexSubscriptionMode,
     Result,
     result_of,
@@ -98,11 +113,13 @@ __all__ = [
     "Client",
     "CompressionType",
     "Consumer",
+    "ConsumerBusy",
     "ConsumerCryptoFailureAction",
     "ConsumerDeadLetterPolicy",
     "ConsumerKeySharedPolicy",
     "ConsumerType",
     "CumulativeAcknowledgementNotAllowedError",
+    "HashingScheme",
     "InitialPosition",
     "KeySharedMode",
     "MagnetarError",
@@ -111,7 +128,12 @@ __all__ = [
     "MessageTooLarge",
     "MultiplierRedeliveryBackoff",
     "NotConnected",
+    "PartitionsRoutingMode",
     "Producer",
+    "ProducerAccessMode",
+    "ProducerBlockedQuotaExceededError",
+    "ProducerBlockedQuotaExceededException",
+    "ProducerBusy",
     "ProducerQueueIsFull",
     "Reader",
     "RegexSubscriptionMode",

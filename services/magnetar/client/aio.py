@@ -26,6 +26,7 @@ seconds and adds or drops topics as they come and go. ``create_reader`` makes a 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import re
@@ -47,16 +48,21 @@ from magnetar.client.options import (
     ConsumerDeadLetterPolicy,
     ConsumerKeySharedPolicy,
     ConsumerType,
+    HashingScheme,
     InitialPosition,
     KeySharedMode,
     MultiplierRedeliveryBackoff,
+    PartitionsRoutingMode,
+    ProducerAccessMode,
     RedeliveryBackoff,
     RegexSubscriptionMode,
     Result,
 )
+from magnetar.client.partition_updates import DEFAULT_PARTITIONS_UPDATE_INTERVAL, PartitionsUpdater
 from magnetar.client.producer import PartitionProducer, Producer, ProducerConfig
 from magnetar.client.reader import Reader, reader_subscription_name, start_for_partition
 from magnetar.client.reconnect import Backoff
+from magnetar.client.routing import MessageRouter
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import (
     AlreadyClosed,
@@ -79,13 +85,16 @@ __all__ = [
     "ConsumerDeadLetterPolicy",
     "ConsumerKeySharedPolicy",
     "ConsumerType",
+    "HashingScheme",
     "InitialPosition",
     "KeySharedMode",
     "MagnetarError",
     "Message",
     "MessageId",
     "MultiplierRedeliveryBackoff",
+    "PartitionsRoutingMode",
     "Producer",
+    "ProducerAccessMode",
     "ProducerQueueIsFull",
     "Reader",
     "RegexSubscriptionMode",
@@ -107,7 +116,9 @@ class Client:
     attempts starts at ``initial_backoff_interval_ms`` and doubles up to ``max_backoff_interval_ms``
     (Pulsar's C++ client options). ``keep_alive_interval_seconds`` (0 disables) is how long a
     silent connection is trusted before a ``ping``; one more interval without an answer and it is
-    closed as dead.
+    closed as dead. Every ``partitions_update_interval`` seconds (the C++ client's
+    ``partitionsUpdateInterval``, 60 by default, 0 disables) partitioned producers and consumers
+    re-read their topics' partition counts and attach to partitions added meanwhile.
     """
 
     def __init__(
@@ -120,6 +131,7 @@ class Client:
         initial_backoff_interval_ms: int = 100,
         max_backoff_interval_ms: int = 30000,
         keep_alive_interval_seconds: float = 30,
+        partitions_update_interval: float = DEFAULT_PARTITIONS_UPDATE_INTERVAL,
     ) -> None:
         self._service_urls = service_urls(service_url)
         self._service_index = 0
@@ -134,6 +146,10 @@ class Client:
         self._producers: list[Producer] = []
         self._consumers: list[Consumer] = []
         self._watchers: list[PatternWatcher] = []
+        if partitions_update_interval < 0:
+            raise ValueError("partitions_update_interval must be >= 0 (0 disables the updates)")
+        self._partitions_update_interval = float(partitions_update_interval)
+        self._updaters: set[PartitionsUpdater] = set()
         self._closed = False
         # The wait between attempts; tests swap in a recorder instead of sleeping for real.
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -269,48 +285,137 @@ class Client:
     async def create_producer(
         self,
         topic: str,
-        *,
         producer_name: str | None = None,
+        schema: Any = None,
+        initial_sequence_id: int | None = None,
         send_timeout_millis: int = 30000,
         compression_type: CompressionType = CompressionType.NONE,
         max_pending_messages: int = 1000,
+        max_pending_messages_across_partitions: int = 50000,
         block_if_queue_full: bool = True,
         batching_enabled: bool = True,
         batching_max_messages: int = 1000,
         batching_max_allowed_size_in_bytes: int = 128 * 1024,
         batching_max_publish_delay_ms: float = 10,
+        chunking_enabled: bool = False,
+        message_routing_mode: PartitionsRoutingMode = PartitionsRoutingMode.RoundRobinDistribution,
+        lazy_start_partitioned_producers: bool = False,
+        properties: dict[str, str] | None = None,
         batching_type: BatchingType = BatchingType.Default,
+        encryption_key: str | None = None,
+        crypto_key_reader: Any = None,
+        access_mode: ProducerAccessMode = ProducerAccessMode.Shared,
+        message_router: MessageRouter | None = None,
+        *,
+        hashing_scheme: HashingScheme = HashingScheme.JavaStringHash,
     ) -> Producer:
         """Create a producer on ``topic`` (short names expand to ``persistent://public/default/…``).
 
-        Unlike Pulsar's callback API, the asyncio producer waits for room when
-        ``max_pending_messages`` are pending (``block_if_queue_full=True``), which is the natural
-        back-pressure for ``await send_async(...)``.
+        Arguments in ``pulsar.asyncio.Client.create_producer``'s order, with pulsar-client's
+        ``message_router`` last; ``hashing_scheme`` (keyword-only) is Magnetar's: pulsar-client's
+        Python API has none. ``producer.ProducerConfig`` lists what differs from Pulsar. Unlike
+        Pulsar, the asyncio producer waits for room when ``max_pending_messages`` are pending
+        (``block_if_queue_full=True``), which is the natural back-pressure for
+        ``await send_async(...)``. On a partitioned topic the producer attaches to partitions added
+        later within ``partitions_update_interval`` (a ``Client`` option).
         """
         config = ProducerConfig(
             producer_name=producer_name,
+            schema=schema,
+            initial_sequence_id=initial_sequence_id,
             send_timeout_millis=send_timeout_millis,
             compression_type=compression_type,
             max_pending_messages=max_pending_messages,
+            max_pending_messages_across_partitions=max_pending_messages_across_partitions,
             block_if_queue_full=block_if_queue_full,
             batching_enabled=batching_enabled,
             batching_max_messages=batching_max_messages,
             batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
             batching_max_publish_delay_ms=batching_max_publish_delay_ms,
+            chunking_enabled=chunking_enabled,
+            message_routing_mode=message_routing_mode,
+            lazy_start_partitioned_producers=lazy_start_partitioned_producers,
+            properties=properties,
             batching_type=batching_type,
+            encryption_key=encryption_key,
+            crypto_key_reader=crypto_key_reader,
+            access_mode=access_mode,
+            message_router=message_router,
+            hashing_scheme=hashing_scheme,
         )
         name = TopicName.parse(topic)
         partitions = await self._partitions(name)
+        parts = await self._partition_producers(name, self._targets(name, partitions), config)
+        producer = Producer(str(name), parts, partitioned=partitions > 0, config=config)
+        self._producers.append(producer)
+        if partitions > 0:
+            self._start_partition_updates(str(name), lambda: self._grow_producer(producer, name, config), producer)
+        return producer
+
+    async def _partition_producers(
+        self, name: TopicName, targets: list[tuple[str, int]], config: ProducerConfig
+    ) -> list[PartitionProducer]:
+        """Create and attach a ``PartitionProducer`` per (topic, partition index) target, all at once."""
 
         async def one(target: str, index: int) -> PartitionProducer:
             part = PartitionProducer(self, target, index, config)
             await part.attach_first()
             return part
 
-        parts = await self._create_all([one(t, i) for t, i in self._targets(name, partitions)])
-        producer = Producer(str(name), parts, partitioned=partitions > 0)
-        self._producers.append(producer)
-        return producer
+        parts: list[PartitionProducer] = await self._create_all([one(t, i) for t, i in targets])
+        return parts
+
+    # ---------------------------------------------------------------- added partitions
+
+    def _start_partition_updates(
+        self, what: str, update: Callable[[], Awaitable[None]], owner: Producer | Consumer
+    ) -> None:
+        """Re-read partition counts for a producer or consumer every ``partitions_update_interval``."""
+        if self._partitions_update_interval <= 0:
+            return
+        updater = PartitionsUpdater(what, self._partitions_update_interval, update, lambda: _is_closed(owner))
+        self._updaters.add(updater)
+        updater.start(on_done=self._updaters.discard)
+
+    async def _grow_producer(self, producer: Producer, name: TopicName, config: ProducerConfig) -> None:
+        """Attach to the partitions added to ``name`` since the producer last looked, then route to them."""
+        known = len(producer.partitions)
+        n = await self._partitions(name)
+        if n <= known or producer.closed:
+            return
+        log.info("%s: %d partitions (was %d); attaching the producer to the new ones", name, n, known)
+        parts = await self._partition_producers(name, [(str(name.partition(i)), i) for i in range(known, n)], config)
+        if producer.closed or len(producer.partitions) != known:  # closed (or grown) meanwhile
+            await asyncio.gather(*(p.close() for p in parts), return_exceptions=True)
+            return
+        producer._add_partitions(parts)
+
+    async def _grow_consumer(self, consumer: Consumer, config: ConsumerConfig) -> None:
+        """Subscribe the partitions added to the consumer's partitioned topics since it last looked.
+
+        A new partition is subscribed from its earliest message whatever ``initial_position`` says:
+        it was created empty after the consumer subscribed, so everything on it is new to this
+        subscription (Pulsar gets the same by creating the subscription on added partitions when
+        they are added).
+        """
+        earliest = dataclasses.replace(config, initial_position=InitialPosition.Earliest)
+        for topic, known in list(consumer._partitioned.items()):
+            name = TopicName.parse(topic)
+            try:
+                n = await self._partitions(name)
+                if n <= known or _is_closed(consumer):
+                    continue
+                log.info("%s: %d partitions (was %d); subscribing the new ones", topic, n, known)
+                new = [str(name.partition(i)) for i in range(known, n)]
+                parts = await self._partition_consumers(consumer, new, earliest)
+            except MagnetarError as exc:  # one topic's trouble must not hold up the others
+                log.warning("%s: cannot subscribe its added partitions yet: %s", topic, exc)
+                continue
+            if _is_closed(consumer) or consumer._partitioned.get(topic) != known:
+                await asyncio.gather(*(p.close() for p in parts), return_exceptions=True)
+                continue
+            consumer._add_parts(parts)
+            consumer._partitioned[topic] = n
 
     # ---------------------------------------------------------------- consumers
 
@@ -348,6 +453,7 @@ class Client:
         ack_timeout_redelivery_backoff: RedeliveryBackoff | None = None,
         ack_timeout_tick_time_ms: int = 1000,
         priority_level: int = 0,
+        expire_time_of_incomplete_chunked_message_ms: int = 60000,
     ) -> Consumer:
         """Subscribe to a topic, a list of topics or a topic pattern as ``subscription_name``.
 
@@ -399,6 +505,7 @@ class Client:
             ack_timeout_redelivery_backoff=ack_timeout_redelivery_backoff,
             ack_timeout_tick_time_ms=ack_timeout_tick_time_ms,
             priority_level=priority_level,
+            expire_time_of_incomplete_chunked_message_ms=expire_time_of_incomplete_chunked_message_ms,
         )
         if dead_letter_policy is not None or retry_enable:
             config.producer_factory = self._letter_producer
@@ -431,6 +538,7 @@ class Client:
         consumer._add_parts(parts)
         if register:
             self._consumers.append(consumer)
+            self._start_partition_updates(display_topic, lambda: self._grow_consumer(consumer, config), consumer)
         return consumer
 
     async def _partition_consumers(
@@ -450,6 +558,7 @@ class Client:
         """
         names = [TopicName.parse(t) for t in topics]
         counts = await asyncio.gather(*(self._partitions(n) for n in names))
+        consumer._partitioned.update((str(name), n) for name, n in zip(names, counts, strict=True) if n > 0)
         inclusive = config.start_message_id_inclusive
 
         async def one(target: str, index: int, partitioned: bool) -> PartitionConsumer:
@@ -626,6 +735,9 @@ class Client:
         watchers, self._watchers = self._watchers, []
         for watcher in watchers:
             await watcher.stop()
+        updaters, self._updaters = list(self._updaters), set()
+        for updater in updaters:
+            await updater.stop()
         results = await asyncio.gather(
             *(p.close() for p in producers), *(c.close() for c in consumers), return_exceptions=True
         )
@@ -675,5 +787,5 @@ def _topic_list(topic: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(str(TopicName.parse(t)) for t in names))
 
 
-def _is_closed(consumer: Consumer) -> bool:
-    return bool(getattr(consumer, "_closing", False))
+def _is_closed(owner: Consumer | Producer) -> bool:
+    return bool(getattr(owner, "_closing", False))

@@ -108,8 +108,9 @@ class Batch:
         """
         if batched is not None:
             self.batched = batched
+        records = self.records
         meta, payload = encode_batch(
-            self.records,
+            records,
             producer_name=producer_name,
             first_sequence_id=self.first_seq,
             compression=compression,
@@ -117,6 +118,14 @@ class Batch:
             key=self.key,
             deliver_at=self.deliver_at,
         )
+        # Deduplication reads the messages' own sequence ids (custom ones included) from the meta:
+        # ``seq`` the first's and, when it is not ``seq + n - 1``, ``hs`` the last's (WIRE.md R40a).
+        if records:
+            first, last = records[0][4], records[-1][4]
+            if first != self.first_seq:
+                meta["seq"] = first
+            if last != first + len(records) - 1:
+                meta["hs"] = last
         self.records = []  # the payload holds the data now; drop the per-record objects early
         return meta, payload
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -43,6 +44,7 @@ from itertools import repeat
 from typing import Any
 
 from magnetar.client.acks import BatchAckTracker, FlowPermits, Position
+from magnetar.client.chunking import ChunkAssembler, ChunkedMessage, is_chunk
 from magnetar.client.connection import Connection
 from magnetar.client.consumer_config import ConsumerConfig
 from magnetar.client.dead_letter import (
@@ -60,7 +62,9 @@ from magnetar.client.options import ConsumerType, KeySharedMode
 from magnetar.client.reconnect import Attachment, Resolver
 from magnetar.client.redelivery import AckTimeoutTracker, NegativeAckTracker
 from magnetar.protocol import commands as cmds
-from magnetar.protocol.batch import META_BATCHED, META_COUNT, META_PUBLISH_TIME, decode_batch
+from magnetar.protocol.batch import META_BATCHED, META_COUNT, META_CRC, META_PUBLISH_TIME, decode_batch
+from magnetar.protocol.checksum import crc32c
+from magnetar.protocol.entry import META_NUM_CHUNKS, EntryMeta
 from magnetar.protocol.errors import AlreadyClosed, MagnetarError, NotConnected, Timeout, Unsupported
 from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
 from magnetar.protocol.topic_name import TopicName
@@ -158,6 +162,17 @@ class PartitionConsumer(Attachment):
         # A seek in progress: entries pushed before its answer belong to the old position.
         self._seek_fut: asyncio.Future[Any] | None = None
         self._dropped_by_seek: list[Position] = []
+        # Chunked messages (``chunking``): the messages being assembled; the chunks of each one
+        # delivered, by its last chunk's position (an ack, nack or redelivery of it covers them all);
+        # the timer that expires incomplete ones. Kept across reconnects: a redelivered first chunk
+        # restarts its message, and a reader resuming after its last message finds its earlier chunks.
+        self._chunks = ChunkAssembler(
+            config.max_pending_chunked_message,
+            config.expire_time_of_incomplete_chunked_message_ms,
+            config.auto_ack_oldest_chunked_message_on_queue_full,
+        )
+        self._chunked: dict[Position, list[Position]] = {}
+        self._chunk_timer: asyncio.TimerHandle | None = None
 
     @property
     def closed(self) -> MagnetarError | None:
@@ -172,6 +187,9 @@ class PartitionConsumer(Attachment):
         return self._subscription
 
     def _set_start(self, start: MessageId | None, inclusive: bool) -> None:
+        if start is not None and inclusive and start.first_chunk is not None:
+            # A chunked message's id, inclusive: the message starts at its first chunk (as Pulsar).
+            start = MessageId(*start.first_chunk, start.partition, -1)
         self._start = start
         self._start_inclusive = inclusive
         self._skip_before = None if start is None or _is_sentinel(start) else start
@@ -216,6 +234,7 @@ class PartitionConsumer(Attachment):
             durable=self._durable,
             start_message_id=start,
             start_inclusive=inclusive if start is not None else False,
+            read_compacted=config.is_read_compacted,
         )
 
     async def _attach(self, conn: Connection) -> None:
@@ -261,7 +280,9 @@ class PartitionConsumer(Attachment):
         self.permits = FlowPermits(self.permits.queue_size)
         self._forget_redeliveries()
         dropped = self._discard_queued(self)
-        if not self._durable:
+        # A reader resumes after what it got; on a non-persistent topic every id is 0:0 (nothing
+        # is stored), so a start there would filter out everything that comes next.
+        if not self._durable and self.topic.startswith("persistent://"):
             if dropped:
                 self._set_start(dropped[0].message_id(), True)
             elif self._last_received is not None:
@@ -285,10 +306,10 @@ class PartitionConsumer(Attachment):
         self._on_closed(exc)
 
     def _stop_timers(self) -> None:
-        for handle in (self._nack_timer, self._tick):
+        for handle in (self._nack_timer, self._tick, self._chunk_timer):
             if handle is not None:
                 handle.cancel()
-        self._nack_timer = self._tick = None
+        self._nack_timer = self._tick = self._chunk_timer = None
 
     # ---------------------------------------------------------------- incoming
 
@@ -303,6 +324,9 @@ class PartitionConsumer(Attachment):
         if seek is not None and not seek.done():  # pushed for the position a seek is leaving
             self._dropped_by_seek.append(position)
             self.return_permits(int(meta.get(META_COUNT, 1)) if isinstance(meta, dict) else 1)
+            return
+        if META_NUM_CHUNKS in meta and is_chunk(meta):
+            self._on_chunk(frame, meta, position)
             return
         try:
             records = decode_batch(meta, frame["payload"])
@@ -335,6 +359,73 @@ class PartitionConsumer(Attachment):
                 self._deliver([Message(r, info, -1) for r in records])
             return
         self._on_filtered_entry(info, records, acked or (), batched)
+
+    def _on_chunk(self, frame: cmds.Message, meta: EntryMeta, position: Position) -> None:
+        """One chunk of a chunked message (``chunking``): buffer it, deliver the message once whole.
+
+        Every chunk but the one that completes a message gives its permit back at once (the
+        application never sees it), as Pulsar's consumer does. Chunks before where this consumer
+        starts are dropped; dead letter handling does not apply to chunked messages.
+        """
+        payload = frame["payload"]
+        if not isinstance(payload, bytes) or crc32c(payload) != meta.get(META_CRC):
+            log.warning("dropping chunk %s:%s of %s, asking for redelivery: checksum mismatch", *position, self.topic)
+            self._redeliver_now.add(position)
+            self._schedule_flush()
+            self.return_permits(1)
+            return
+        skip = self._skip_before
+        if skip is not None and (position < skip.position or (position == skip.position and not self._start_inclusive)):
+            self.return_permits(1)
+            return
+        loop = self._loop
+        redelivery_count = frame.get("redelivery_count", 0)
+        out = self._chunks.add(meta, position, payload, loop.time(), int(time.time() * 1000))
+        for p in out.ack:
+            self.ack_entry(p)
+        if out.untracked and self.ack_timeouts is not None:  # Pulsar's trackMessage: redelivered on timeout
+            now = loop.time()
+            for p in out.untracked:
+                self.ack_timeouts.add(p, redelivery_count, now)
+        self._arm_chunk_timer()
+        assembled = out.message
+        if assembled is None:
+            self.return_permits(1)
+            return
+        try:
+            records = decode_batch(assembled.meta, assembled.payload, verify=False)  # each chunk was verified
+        except Exception as exc:  # undecodable behind good checksums: a producer bug; it would never decode
+            log.error("dropping undecodable chunked message ending at %s:%s of %s: %s", *position, self.topic, exc)
+            for p in assembled.positions:
+                self.ack_entry(p)
+            self.return_permits(1)
+            return
+        self._chunked[position] = assembled.positions
+        info = EntryInfo(
+            position, 1, assembled.meta.get(META_PUBLISH_TIME, 0), redelivery_count, self, False, self.epoch
+        )
+        if not self._durable:
+            self._last_received = MessageId(position[0], position[1], self.partition, -1)
+        self._deliver([ChunkedMessage(records[0], info, assembled.positions[0])])
+
+    def _arm_chunk_timer(self) -> None:
+        if self._chunk_timer is not None:
+            return
+        when = self._chunks.next_expiry()
+        if when is not None:
+            self._chunk_timer = self._loop.call_at(when, self._on_chunk_timer)
+
+    def _on_chunk_timer(self) -> None:
+        """Drop (and acknowledge) the chunked messages still incomplete after their expiry time."""
+        self._chunk_timer = None
+        if self._closed is not None:
+            return
+        expired = self._chunks.expire(self._loop.time())
+        if expired:
+            log.info("acknowledging %d chunks of expired incomplete chunked messages of %s", len(expired), self.topic)
+            for p in expired:
+                self.ack_entry(p)
+        self._arm_chunk_timer()
 
     def _skipped_indexes(self, position: Position, n: int, batched: bool) -> set[int]:
         """Indexes of the entry at ``position`` before where this consumer starts (or was sought to)."""
@@ -406,6 +497,13 @@ class PartitionConsumer(Attachment):
 
     def acknowledge(self, position: Position, index: int) -> None:
         """Individually acknowledge message ``index`` of the entry at ``position`` (-1: not batched)."""
+        chunked = self._chunked
+        if chunked:
+            chunks = chunked.pop(position, None)
+            if chunks is not None:  # a chunked message: every chunk of it (Pulsar acks them all)
+                for p in chunks:
+                    self.ack_entry(p)
+                return
         if index >= 0:
             remaining = self.tracker.get(position)
             if remaining is not None:
@@ -455,6 +553,9 @@ class PartitionConsumer(Attachment):
                 self._batch_ack(position, sorted(before - still))
         if target is None:
             return
+        if self._chunked:
+            for p in [p for p in self._chunked if p <= target]:
+                del self._chunked[p]
         if self._cumulative is None or target > self._cumulative:
             self._cumulative = target
         if self.ack_timeouts is not None:
@@ -506,7 +607,13 @@ class PartitionConsumer(Attachment):
         self._tick = self._loop.call_later(self.config.ack_timeout_tick_time_ms / 1000.0, self._on_tick)
 
     def redeliver(self, positions: Sequence[Position]) -> None:
-        """Ask for these entries again, except dead letter candidates, which go to the dead letter topic."""
+        """Ask for these entries again, except dead letter candidates, which go to the dead letter topic.
+
+        A chunked message's last chunk stands for every chunk of it.
+        """
+        chunked = self._chunked
+        if chunked:
+            positions = [q for p in positions for q in chunked.get(p, (p,))]
         timeouts = self.ack_timeouts
         again: list[Position] = []
         for p in positions:
@@ -690,7 +797,10 @@ class PartitionConsumer(Attachment):
         self.flush_acks()  # acks made before the seek reach the broker before it
         cmd: cmds.Request
         if isinstance(target, MessageId):
-            cmd = cmds.seek(self.consumer_id, [target.ledger_id, target.entry_id])
+            ledger, entry = target.position
+            if target.first_chunk is not None and (self._durable or self.config.start_message_id_inclusive):
+                ledger, entry = target.first_chunk  # a chunked message is read again from its first chunk
+            cmd = cmds.seek(self.consumer_id, [ledger, entry])
         else:
             cmd = cmds.seek_publish_time(self.consumer_id, target)
         dropped = self._discard_queued(self) or ()
@@ -706,6 +816,7 @@ class PartitionConsumer(Attachment):
         else:
             self._set_start(target, self.config.start_message_id_inclusive)
         self._last_received = None
+        self._chunks.clear()  # what was being assembled comes again from the new position
         # Nacks and ack timeouts are of messages from before the seek: they are not due any more
         # (unless the seek fails: then they are redelivered at once, below).
         pending = [*self.nacks.positions(), *(self.ack_timeouts.positions() if self.ack_timeouts else ())]
@@ -882,6 +993,9 @@ class Consumer:
         self._type = config.consumer_type
         self._parts: list[PartitionConsumer] = []
         self._by_partition: dict[int, list[PartitionConsumer]] = {}
+        # Partitioned topics subscribed as such (full name -> partitions subscribed): what the
+        # client's partition updater re-reads, to subscribe partitions added later.
+        self._partitioned: dict[str, int] = {}
         self._queue: deque[Message] = deque()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._error: MagnetarError | None = None
@@ -909,6 +1023,8 @@ class Consumer:
         self._by_partition = {}
         for p in self._parts:
             self._by_partition.setdefault(p.partition, []).append(p)
+        still = {str(TopicName.parse(p.topic).partitioned_base) for p in self._parts}
+        self._partitioned = {t: n for t, n in self._partitioned.items() if t in still}
         for part in parts:
             self._discard_queued(part)
         for result in await asyncio.gather(*(p.close() for p in parts), return_exceptions=True):

@@ -8,7 +8,10 @@ raises ``Unsupported`` at subscribe time instead of being silently ignored (``_u
 
 Beyond pulsar-client (keyword-only, Java's features under Python names): ``retry_enable``
 (Java's ``enableRetry``), ``negative_ack_redelivery_backoff``, ``ack_timeout_redelivery_backoff``,
-``ack_timeout_tick_time_ms``, ``priority_level``.
+``ack_timeout_tick_time_ms``, ``priority_level``, ``expire_time_of_incomplete_chunked_message_ms``
+(Java's ``expireTimeOfIncompleteChunkedMessage``, the C++ client's
+``setExpireTimeOfIncompleteChunkedMessageMs``, default 60000; pulsar-client's Python ``subscribe``
+has no such argument).
 
 The consumer also needs its client to publish to the dead letter and retry topics and to create
 the dead letter topic's initial subscription. It gets that through two callables that the client
@@ -103,6 +106,7 @@ class ConsumerConfig:
     # No-op: there is no broker consumer stats call to cache.
     broker_consumer_stats_cache_time_ms: int = 30000
     negative_ack_redelivery_delay_ms: int = 60000
+    # Sent in ``subscribe`` (WIRE.md R46b); the broker refuses it on Shared and Key_Shared.
     is_read_compacted: bool = False
     # No-op: the wire has no consumer properties; they are kept here only.
     properties: dict[str, str] | None = None
@@ -110,7 +114,8 @@ class ConsumerConfig:
     initial_position: InitialPosition = InitialPosition.Latest
     crypto_key_reader: Any = None
     replicate_subscription_state_enabled: bool = False
-    # No-ops: there is no chunking.
+    # Chunked messages (``chunking.ChunkAssembler``): incomplete ones buffered at most (0: no limit),
+    # and whether the oldest is acknowledged (else left for redelivery) when one more arrives.
     max_pending_chunked_message: int = 10
     auto_ack_oldest_chunked_message_on_queue_full: bool = False
     start_message_id_inclusive: bool = False
@@ -127,6 +132,9 @@ class ConsumerConfig:
     ack_timeout_redelivery_backoff: RedeliveryBackoff | None = field(default=None, kw_only=True)
     ack_timeout_tick_time_ms: int = field(default=1000, kw_only=True)
     priority_level: int = field(default=0, kw_only=True)
+    # An incomplete chunked message is dropped (its chunks acknowledged) this long after its first
+    # chunk arrived; 0: never.
+    expire_time_of_incomplete_chunked_message_ms: int = field(default=60_000, kw_only=True)
     # ---- set by the client (see the module docstring)
     producer_factory: ProducerFactory | None = field(default=None, kw_only=True, repr=False, compare=False)
     subscriber_factory: SubscriberFactory | None = field(default=None, kw_only=True, repr=False, compare=False)
@@ -149,6 +157,12 @@ class ConsumerConfig:
             raise ValueError(f"ack_timeout_tick_time_ms must be >= {MIN_ACK_TIMEOUT_TICK_TIME_MS}")
         if self.priority_level < 0:
             raise ValueError("priority_level must be >= 0")
+        if type(self.max_pending_chunked_message) is bool or not isinstance(self.max_pending_chunked_message, int):
+            raise ValueError("Argument max_pending_chunked_message is expected to be of type 'int'")
+        if self.max_pending_chunked_message < 0:
+            raise ValueError("max_pending_chunked_message must be >= 0")
+        if self.expire_time_of_incomplete_chunked_message_ms < 0:
+            raise ValueError("expire_time_of_incomplete_chunked_message_ms must be >= 0")
         if self.receiver_queue_size < 0:
             raise ValueError("receiver_queue_size must be >= 0")
         if self.key_shared_policy is not None and not isinstance(self.key_shared_policy, ConsumerKeySharedPolicy):
@@ -171,8 +185,6 @@ class ConsumerConfig:
             return "message_listener"
         if self.max_total_receiver_queue_size_across_partitions != 50000:
             return "max_total_receiver_queue_size_across_partitions"
-        if self.is_read_compacted:
-            return "is_read_compacted=True (there is no topic compaction)"
         if self.crypto_key_reader is not None:
             return "crypto_key_reader (there is no end-to-end encryption)"
         if self.replicate_subscription_state_enabled:

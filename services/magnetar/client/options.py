@@ -30,9 +30,12 @@ __all__ = [
     "ConsumerDeadLetterPolicy",
     "ConsumerKeySharedPolicy",
     "ConsumerType",
+    "HashingScheme",
     "InitialPosition",
     "KeySharedMode",
     "MultiplierRedeliveryBackoff",
+    "PartitionsRoutingMode",
+    "ProducerAccessMode",
     "RedeliveryBackoff",
     "RegexSubscriptionMode",
     "Result",
@@ -70,6 +73,42 @@ class BatchingType(Enum):
 
     Default = 0
     KeyBased = 1
+
+
+class PartitionsRoutingMode(Enum):
+    """Which partition an unkeyed message of a partitioned topic goes to (``client.routing``).
+
+    Pulsar's names and values (C++ ``ProducerConfiguration::PartitionsRoutingMode``). A keyed
+    message always goes by the hash of its key, except under ``CustomPartition``, where the
+    ``message_router`` decides every message.
+    """
+
+    UseSinglePartition = 0
+    RoundRobinDistribution = 1
+    CustomPartition = 2
+
+
+class HashingScheme(Enum):
+    """The hash a keyed message is routed by: ``hash(partition_key) % partitions``.
+
+    The C++ client's names and values (``ProducerConfiguration::HashingScheme``); pulsar-client's
+    Python API does not expose it (it always uses ``BoostHash``, which depends on the Boost
+    version and platform, so Magnetar refuses it). ``JavaStringHash`` (the Java client's default,
+    and Magnetar's) and ``Murmur3_32Hash`` put a key on the partition a Java producer would.
+    """
+
+    Murmur3_32Hash = 0
+    BoostHash = 1
+    JavaStringHash = 2
+
+
+class ProducerAccessMode(Enum):
+    """Access a producer requires on its topic; Magnetar implements ``Shared`` only (refuses the others)."""
+
+    Shared = 0
+    Exclusive = 1
+    WaitForExclusive = 2
+    ExclusiveWithFencing = 3
 
 
 class RegexSubscriptionMode(Enum):
@@ -247,6 +286,8 @@ class Result(Enum):
     TopicNotFound = 16
     BrokerPersistenceError = 17
     CumulativeAcknowledgementNotAllowedError = 18
+    ProducerBlockedQuotaExceededError = 19
+    ProducerBlockedQuotaExceededException = 20
 
 
 _RESULT_BY_ERROR: dict[type[MagnetarError], Result] = {
@@ -259,6 +300,8 @@ _RESULT_BY_ERROR: dict[type[MagnetarError], Result] = {
     errors.InvalidTopicName: Result.InvalidTopicName,
     errors.ServiceNotReady: Result.ServiceUnitNotReady,
     errors.Unsupported: Result.OperationNotSupported,
+    errors.ProducerBlockedQuotaExceededError: Result.ProducerBlockedQuotaExceededError,
+    errors.ProducerBlockedQuotaExceededException: Result.ProducerBlockedQuotaExceededException,
     errors.UnknownCommand: Result.OperationNotSupported,
     errors.MessageTooLarge: Result.MessageTooBig,
     errors.TopicNotFound: Result.TopicNotFound,

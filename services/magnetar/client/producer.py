@@ -4,8 +4,9 @@
 in-flight queue matched against receipts (the broker answers in ``seq`` order, so matching is a
 ``popleft``), the send timeout, back-pressure through ``max_pending_messages``, and (through
 ``reconnect.Attachment``) staying attached to the topic's owner, resending what is unacknowledged. ``Producer``
-is what users hold: for a partitioned topic it routes each message to a partition
-(``routing.RoundRobinRouter``), otherwise it forwards to its single partition producer.
+is what users hold: for a partitioned topic it routes each message to a partition (``routing``:
+``message_routing_mode``, ``hashing_scheme``, ``message_router``) and takes in partitions added
+later (``_add_partitions``), otherwise it forwards to its single partition producer.
 
 Hot path per message: a size check, ``[payload, props, key, ts, seq]`` appended to the open batch,
 and a two-slot ``SendReceipt``. No task and no future per message.
@@ -24,16 +25,27 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from magnetar.client.batch_builder import RECORD_OVERHEAD, Batch, KeyedBatches, SendCallback, SendReceipt
+from magnetar.client.chunking import ChunkedSendReceipt, chunk_uuid, make_chunk_batches, split_payload
 from magnetar.client.connection import Connection
 from magnetar.client.errors import ProducerQueueIsFull
-from magnetar.client.options import BatchingType
+from magnetar.client.options import BatchingType, HashingScheme, PartitionsRoutingMode, ProducerAccessMode
 from magnetar.client.reconnect import Attachment, Resolver
-from magnetar.client.routing import RoundRobinRouter
+from magnetar.client.routing import (
+    DEFAULT_HASHING_SCHEME,
+    CustomRouter,
+    MessageRouter,
+    RoundRobinRouter,
+    SinglePartitionRouter,
+    key_hasher,
+    make_router,
+)
 from magnetar.protocol import commands as cmds
+from magnetar.protocol.batch import encode_batch
 from magnetar.protocol.compression import CompressionType
 from magnetar.protocol.errors import (
     AlreadyClosed,
@@ -96,18 +108,40 @@ def message_options(
 
 
 class ProducerConfig:
-    """The options of ``create_producer``, validated once (names and defaults as Pulsar's)."""
+    """The options of ``create_producer``, validated once (names, order and defaults as pulsar-client 3.x's).
+
+    Deliberate differences: ``batching_enabled`` defaults to True (pulsar-client: False) and
+    ``block_if_queue_full`` to True here, which the asyncio producer keeps (the blocking one passes
+    pulsar-client's False); ``chunking_enabled=True`` turns batching off (pulsar-client raises
+    ``ValueError`` when both are on, but cannot be asked to here, where batching is on by default);
+    ``hashing_scheme`` is an extension (pulsar-client's Python API has none and always hashes with
+    ``BoostHash``). Options Magnetar does not implement — a schema other than bytes,
+    ``encryption_key``, ``crypto_key_reader``, an ``access_mode`` other than ``Shared`` — raise
+    ``Unsupported`` here, at create time. ``properties`` are kept on the config only (the wire has
+    no producer metadata) and ``lazy_start_partitioned_producers`` is accepted, but every partition
+    producer starts at once.
+    """
 
     __slots__ = (
+        "access_mode",
         "batching_enabled",
         "batching_max_allowed_size_in_bytes",
         "batching_max_messages",
         "batching_max_publish_delay_ms",
         "batching_type",
         "block_if_queue_full",
+        "chunking_enabled",
         "compression_type",
+        "hashing_scheme",
+        "initial_sequence_id",
+        "lazy_start_partitioned_producers",
         "max_pending_messages",
+        "max_pending_messages_across_partitions",
+        "message_router",
+        "message_routing_mode",
         "producer_name",
+        "properties",
+        "schema",
         "send_timeout_millis",
     )
 
@@ -115,34 +149,97 @@ class ProducerConfig:
         self,
         *,
         producer_name: str | None = None,
+        schema: Any = None,
+        initial_sequence_id: int | None = None,
         send_timeout_millis: int = 30000,
         compression_type: CompressionType = CompressionType.NONE,
         max_pending_messages: int = 1000,
+        max_pending_messages_across_partitions: int = 50000,
         block_if_queue_full: bool = True,
         batching_enabled: bool = True,
         batching_max_messages: int = 1000,
         batching_max_allowed_size_in_bytes: int = 128 * 1024,
         batching_max_publish_delay_ms: float = 10,
+        chunking_enabled: bool = False,
+        message_routing_mode: PartitionsRoutingMode = PartitionsRoutingMode.RoundRobinDistribution,
+        lazy_start_partitioned_producers: bool = False,
+        properties: dict[str, str] | None = None,
         batching_type: BatchingType = BatchingType.Default,
+        encryption_key: str | None = None,
+        crypto_key_reader: Any = None,
+        access_mode: ProducerAccessMode = ProducerAccessMode.Shared,
+        message_router: MessageRouter | None = None,
+        hashing_scheme: HashingScheme = DEFAULT_HASHING_SCHEME,
     ) -> None:
         compression_type = CompressionType(compression_type)
         batching_type = BatchingType(batching_type)
+        message_routing_mode = PartitionsRoutingMode(message_routing_mode)
+        access_mode = ProducerAccessMode(access_mode)
+        hashing_scheme = HashingScheme(hashing_scheme)
         if compression_type == CompressionType.SNAPPY:
             raise Unsupported("CompressionType.SNAPPY is not supported by the Magnetar client; use LZ4, ZLib or ZSTD")
         if batching_max_messages < 1 or batching_max_allowed_size_in_bytes < 1:
             raise ValueError("batching limits must be positive")
         if max_pending_messages < 1:
             raise ValueError("max_pending_messages must be positive")
+        if max_pending_messages_across_partitions < 1:
+            raise ValueError("max_pending_messages_across_partitions must be positive")
+        if initial_sequence_id is not None and (
+            type(initial_sequence_id) is bool or not isinstance(initial_sequence_id, int)
+        ):
+            raise ValueError("Argument initial_sequence_id is expected to be either None or of type 'int'")
+        if properties is not None and (
+            not isinstance(properties, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items())
+        ):
+            raise ValueError("Argument properties is expected to be either None or a dict of str to str")
+        if schema is not None and type(schema).__name__ != "BytesSchema":
+            raise Unsupported(
+                f"schema {type(schema).__name__} is not supported by the Magnetar client (only the bytes schema exists)"
+            )
+        if encryption_key is not None:
+            raise Unsupported("encryption_key is not supported by the Magnetar client (no end-to-end encryption)")
+        if crypto_key_reader is not None:
+            raise Unsupported("crypto_key_reader is not supported by the Magnetar client (no end-to-end encryption)")
+        if access_mode is not ProducerAccessMode.Shared:
+            raise Unsupported(f"access_mode={access_mode} is not supported by the Magnetar client (Shared only)")
+        if message_router is not None:
+            if not callable(message_router):
+                raise ValueError("message_router must be callable(message, num_partitions) -> partition index")
+            message_routing_mode = PartitionsRoutingMode.CustomPartition  # as pulsar's setMessageRouter does
+        elif message_routing_mode is PartitionsRoutingMode.CustomPartition:
+            raise ValueError("message_routing_mode=PartitionsRoutingMode.CustomPartition needs a message_router")
+        key_hasher(hashing_scheme)  # BoostHash: Unsupported, now rather than at the first keyed send
+        if chunking_enabled:
+            batching_enabled = False  # chunks go one per entry: Pulsar's rule, batching and chunking exclude
         self.producer_name = producer_name
+        self.schema = schema
+        # pulsar-client passes it on only when truthy (``if initial_sequence_id:``): 0 is "not given".
+        self.initial_sequence_id = initial_sequence_id or None
         self.send_timeout_millis = send_timeout_millis
         self.compression_type = compression_type
         self.max_pending_messages = max_pending_messages
+        self.max_pending_messages_across_partitions = max_pending_messages_across_partitions
         self.block_if_queue_full = block_if_queue_full
         self.batching_enabled = batching_enabled
         self.batching_max_messages = batching_max_messages if batching_enabled else 1
         self.batching_max_allowed_size_in_bytes = batching_max_allowed_size_in_bytes
         self.batching_max_publish_delay_ms = batching_max_publish_delay_ms
+        self.chunking_enabled = bool(chunking_enabled)
+        self.message_routing_mode = message_routing_mode
+        self.lazy_start_partitioned_producers = bool(lazy_start_partitioned_producers)
+        self.properties = dict(properties) if properties else {}
         self.batching_type = batching_type
+        self.access_mode = access_mode
+        self.message_router = message_router
+        self.hashing_scheme = hashing_scheme
+
+    def max_pending_per_partition(self, partitions: int) -> int:
+        """Each partition producer's queue on a topic of ``partitions`` partitions (Pulsar's rule):
+        ``min(max_pending_messages, max_pending_messages_across_partitions // partitions)``, at least 1."""
+        if partitions <= 0:
+            return self.max_pending_messages
+        return max(1, min(self.max_pending_messages, self.max_pending_messages_across_partitions // partitions))
 
 
 class PartitionProducer(Attachment):
@@ -175,6 +272,11 @@ class PartitionProducer(Attachment):
         self._timeout = config.send_timeout_millis / 1000.0
         self.max_pending = config.max_pending_messages
         self._compression = config.compression_type
+        # Chunking (``client.chunking``) as the C++ client under pulsar-client decides it: asked for,
+        # batching off (``ProducerConfig`` turns it off for chunking), and a persistent topic.
+        self._chunking = (
+            config.chunking_enabled and not config.batching_enabled and not topic.startswith("non-persistent:")
+        )
         self._batch: Batch | None = None
         # Key-based batching keeps one open batch per key here instead of ``_batch``.
         self._keyed: KeyedBatches | None = (
@@ -213,6 +315,8 @@ class PartitionProducer(Attachment):
         if not self._ever_attached:
             self._ever_attached = True
             last = answer.get("last_sequence_id")
+            if self._cfg.initial_sequence_id is not None:  # given: it wins over the broker's (as in Pulsar)
+                last = self._cfg.initial_sequence_id
             self.last_sequence_id = int(last) if last is not None else -1
             self._next_seq = self.last_sequence_id + 1
         self._max_message_size = conn.max_message_size
@@ -286,7 +390,7 @@ class PartitionProducer(Attachment):
         if callback is not None and not callable(callback):
             raise TypeError(f"send callback must be callable(result, msg_id), not {type(callback).__name__}")
         size = len(content)
-        if size > self._max_message_size:
+        if size > self._max_message_size and not self._chunking:
             raise MessageTooLarge(
                 f"message of {size} bytes exceeds the broker's max_message_size of {self._max_message_size}"
             )
@@ -298,6 +402,10 @@ class PartitionProducer(Attachment):
                 size += len(k) + len(v) + 2
         else:
             properties = _NO_PROPERTIES
+        # With chunking, a message that may not fit one entry (even compressed) is encoded now and
+        # sent whole or in chunks; the margin covers compression that grows incompressible bytes.
+        if self._chunking and size + (size >> 7) + 64 > self._max_message_size:
+            return self._send_chunked(content, properties, partition_key, event_timestamp, callback, options)
         if options is not None or self._keyed is not None:
             return self._send_special(content, properties, partition_key, event_timestamp, callback, size, options)
         batch = self._batch
@@ -366,7 +474,7 @@ class PartitionProducer(Attachment):
         records.append(record)
         batch.count = n = len(records)
         batch.nbytes += size
-        batch.last_seq = seq
+        batch.last_seq = seq if sequence_id is None else sequence_id  # a custom id is the one dedup sees
         self.pending += 1
         if callback is not None:
             batch.add_callback(n - 1, callback)
@@ -381,6 +489,81 @@ class PartitionProducer(Attachment):
         elif n >= self._max_messages or batch.nbytes >= self._max_bytes:
             self._seal()
         return SendReceipt(batch, n - 1 if self._batching else -1)
+
+    def _send_chunked(
+        self,
+        content: bytes,
+        properties: dict[str, str],
+        partition_key: str | None,
+        event_timestamp: int | None,
+        callback: SendCallback | None,
+        options: MessageOptions | None,
+    ) -> SendReceipt:
+        """A message that may exceed ``max_message_size``, with chunking on (checks done).
+
+        Encoded at once as a one-record entry (the producer does not batch); if the payload fits it
+        goes as that one entry, otherwise as chunks (``chunking.split_payload``) that share its
+        sequence id and count as one pending message. Whatever was open is sealed first, so send
+        order is kept. The receipt answers the chunked ``MessageId`` (last chunk, and first chunk).
+        """
+        ordering_key, sequence_id, deliver_at = options if options is not None else (None, None, None)
+        key = partition_key if ordering_key is None else ordering_key
+        self._seal()
+        seq = self._next_seq
+        record = [content, properties, partition_key, event_timestamp or 0, seq if sequence_id is None else sequence_id]
+        if ordering_key is not None:
+            record.append(ordering_key)
+        try:
+            meta, payload = encode_batch(
+                [record],
+                producer_name=self.producer_name,
+                first_sequence_id=seq,
+                compression=self._compression,
+                batched=False,
+                key=key,
+                deliver_at=deliver_at,
+            )
+        except (TypeError, ValueError) as exc:  # e.g. a property value msgpack cannot encode
+            raise MagnetarError(f"cannot encode message: {exc}") from exc
+        if sequence_id is not None:  # the message's own sequence id, for deduplication (as ``Batch.encode``)
+            meta["seq"] = sequence_id
+        self._next_seq = seq + 1
+        now = self._loop.time()
+        batches: list[Batch]
+        if len(payload) <= self._max_message_size:
+            whole = Batch(seq, now, self._loop.create_future(), batched=False, key=key, deliver_at=deliver_at)
+            whole.count = 1
+            whole.meta = meta
+            whole.payload = payload
+            batches = [whole]
+            receipt = SendReceipt(whole, -1)
+        else:
+            uuid = chunk_uuid(self.producer_name, seq if sequence_id is None else sequence_id)
+            chunks = split_payload(meta, payload, self._max_message_size, uuid)
+            batches = list(make_chunk_batches(chunks, seq, now, self._loop))
+            receipt = ChunkedSendReceipt(batches[-1], -1)
+        if callback is not None:
+            batches[-1].add_callback(-1, callback)
+        self.pending += 1
+        if self.seal_listener is not None:
+            self.seal_listener(self.partition)
+        for batch in batches:
+            self._queue_sealed(batch)
+        return receipt
+
+    def _queue_sealed(self, batch: Batch) -> None:
+        """Put a sealed batch in flight: queued for receipts, written when attached, timed out."""
+        self._inflight.append(batch)
+        conn = self._conn
+        if conn is not None:
+            meta, payload = batch.meta, batch.payload
+            assert meta is not None and payload is not None
+            try:
+                conn.write(cmds.send(self.producer_id, batch.first_seq, meta, payload))
+            except MagnetarError as exc:  # closed, and we were not told yet: keep it for the resend
+                self._detach(exc)
+        if self._timeout_handle is None and self._timeout > 0:
+            self._timeout_handle = self._loop.call_at(batch.opened_at + self._timeout, self._check_timeouts)
 
     async def wait_for_capacity(self) -> None:
         """Return once fewer than ``max_pending_messages`` are pending."""
@@ -606,15 +789,32 @@ class Producer:
     message is queued, so many sends can be in flight (await the receipts, in any order, later).
     """
 
-    def __init__(self, topic: str, partitions: list[PartitionProducer], partitioned: bool) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partitions: list[PartitionProducer],
+        partitioned: bool,
+        config: ProducerConfig | None = None,
+    ) -> None:
         self._topic = topic
         self._parts = partitions
         self._partitioned = partitioned
-        self._router = RoundRobinRouter(len(partitions)) if partitioned else None
-        if self._router is not None:
-            router = self._router
+        self._config = config if config is not None else ProducerConfig()
+        self._closing = False
+        # Keyed / round robin / single partition routing (hot path), or the user's message_router.
+        self._router: RoundRobinRouter | SinglePartitionRouter | None = None
+        self._custom: CustomRouter | None = None
+        if partitioned:
+            cfg = self._config
+            router = make_router(cfg.message_routing_mode, len(partitions), cfg.hashing_scheme, cfg.message_router)
+            if isinstance(router, CustomRouter):
+                self._custom = router
+            else:
+                self._router = router
+            per_partition = cfg.max_pending_per_partition(len(partitions))
             for p in partitions:
                 p.seal_listener = router.batch_sent
+                p.max_pending = per_partition
 
     def topic(self) -> str:
         return self._topic
@@ -629,11 +829,49 @@ class Producer:
     def partitions(self) -> list[PartitionProducer]:
         return self._parts
 
-    def _pick(self, partition_key: str | None) -> PartitionProducer:
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    def _pick(
+        self,
+        content: bytes,
+        properties: dict[str, str] | None,
+        partition_key: str | None,
+        event_timestamp: int | None,
+        options: MessageOptions | None,
+    ) -> PartitionProducer:
+        """The partition producer a message goes to (``routing``); raises if a ``message_router`` fails."""
         router = self._router
-        if router is None:
+        if router is not None:
+            return self._parts[router.choose(partition_key)]
+        custom = self._custom
+        if custom is None:
             return self._parts[0]
-        return self._parts[router.choose(partition_key)]
+        ordering_key = options[0] if options is not None else None
+        return self._parts[custom.route(content, properties, partition_key, event_timestamp, ordering_key)]
+
+    def _add_partitions(self, parts: Sequence[PartitionProducer]) -> None:
+        """Take in the (attached) producers of partitions added to the topic, and route to them from now on.
+
+        ``parts`` are partitions ``len(self.partitions)`` onwards, in order. They get the hooks the
+        first partition has (the router's seal listener, the blocking producer's completion
+        counter) and its queue size, and the routers are resized: keyed messages hash over the new
+        count from now on, as in Pulsar.
+        """
+        first = self._parts[0]
+        for i, part in enumerate(parts, start=len(self._parts)):
+            if part.partition != i:
+                raise ValueError(f"partition producers must be added in order: expected {i}, got {part.partition}")
+            part.seal_listener = first.seal_listener
+            part.completion_listener = first.completion_listener
+            part.max_pending = first.max_pending
+        self._parts.extend(parts)
+        n = len(self._parts)
+        if self._router is not None:
+            self._router.resize(n)
+        if self._custom is not None:
+            self._custom.resize(n)
 
     async def send(
         self,
@@ -692,7 +930,12 @@ class Producer:
             else message_options(ordering_key, sequence_id, deliver_at, deliver_after)
         )
         router = self._router
-        part = self._parts[0] if router is None else self._parts[router.choose(partition_key)]
+        if router is not None:
+            part = self._parts[router.choose(partition_key)]
+        elif self._custom is None:
+            part = self._parts[0]
+        else:
+            part = self._pick(content, properties, partition_key, event_timestamp, options)
         if part.pending >= part.max_pending:
             await part.wait_for_capacity_or_raise()
         return part.send_nowait(content, properties, partition_key, event_timestamp, callback, options=options)
@@ -713,7 +956,7 @@ class Producer:
     ) -> SendReceipt:
         """Queue one message without waiting; raises ``ProducerQueueIsFull`` when there is no room."""
         options = message_options(ordering_key, sequence_id, deliver_at, deliver_after)
-        return self._pick(partition_key).send_nowait(
+        return self._pick(content, properties, partition_key, event_timestamp, options).send_nowait(
             content, properties, partition_key, event_timestamp, callback, options=options
         )
 
@@ -732,7 +975,7 @@ class Producer:
         ``deliver_after`` turned into a time, in the caller's thread at the call, not later when
         the loop gets to the message.
         """
-        return self._pick(partition_key).send_nowait(
+        return self._pick(content, properties, partition_key, event_timestamp, options).send_nowait(
             content, properties, partition_key, event_timestamp, callback, options=options
         )
 
@@ -742,6 +985,7 @@ class Producer:
 
     async def close(self) -> None:
         """Flush, then close the producer on the broker."""
+        self._closing = True  # also stops taking in added partitions
         await asyncio.gather(*(p.close() for p in self._parts))
 
     async def __aenter__(self) -> Producer:

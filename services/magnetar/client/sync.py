@@ -36,12 +36,17 @@ from magnetar.client.options import (
     ConsumerDeadLetterPolicy,
     ConsumerKeySharedPolicy,
     ConsumerType,
+    HashingScheme,
     InitialPosition,
+    PartitionsRoutingMode,
+    ProducerAccessMode,
     RedeliveryBackoff,
     RegexSubscriptionMode,
     Result,
 )
+from magnetar.client.partition_updates import DEFAULT_PARTITIONS_UPDATE_INTERVAL
 from magnetar.client.producer import MessageOptions, check_content, message_options
+from magnetar.client.routing import MessageRouter
 from magnetar.protocol.errors import AlreadyClosed, MagnetarError, Unsupported
 from magnetar.protocol.message_id import MessageId
 
@@ -93,6 +98,8 @@ class Client:
         initial_backoff_interval_ms: int = 100,
         max_backoff_interval_ms: int = 30000,
         keep_alive_interval_seconds: float = 30,
+        *,
+        partitions_update_interval: float = DEFAULT_PARTITIONS_UPDATE_INTERVAL,
     ) -> None:
         self._lt = _LoopThread()
         self._client = aio.Client(
@@ -102,6 +109,7 @@ class Client:
             initial_backoff_interval_ms=initial_backoff_interval_ms,
             max_backoff_interval_ms=max_backoff_interval_ms,
             keep_alive_interval_seconds=keep_alive_interval_seconds,
+            partitions_update_interval=partitions_update_interval,
         )
         self._closed = False
 
@@ -115,30 +123,60 @@ class Client:
         self,
         topic: str,
         producer_name: str | None = None,
+        schema: Any = None,
+        initial_sequence_id: int | None = None,
         send_timeout_millis: int = 30000,
         compression_type: CompressionType = CompressionType.NONE,
         max_pending_messages: int = 1000,
+        max_pending_messages_across_partitions: int = 50000,
         block_if_queue_full: bool = False,
         batching_enabled: bool = True,
         batching_max_messages: int = 1000,
         batching_max_allowed_size_in_bytes: int = 128 * 1024,
         batching_max_publish_delay_ms: float = 10,
+        chunking_enabled: bool = False,
+        message_routing_mode: PartitionsRoutingMode = PartitionsRoutingMode.RoundRobinDistribution,
+        lazy_start_partitioned_producers: bool = False,
+        properties: dict[str, str] | None = None,
         batching_type: BatchingType = BatchingType.Default,
+        encryption_key: str | None = None,
+        crypto_key_reader: Any = None,
+        access_mode: ProducerAccessMode = ProducerAccessMode.Shared,
+        message_router: MessageRouter | None = None,
+        *,
+        hashing_scheme: HashingScheme = HashingScheme.JavaStringHash,
     ) -> Producer:
-        """Create a producer; options and defaults are those of ``pulsar.Client.create_producer``."""
+        """Create a producer; arguments in ``pulsar.Client.create_producer``'s order, with its names and defaults.
+
+        Except ``batching_enabled``, True here (pulsar-client: False), and the keyword-only
+        ``hashing_scheme``, Magnetar's (``producer.ProducerConfig`` has the list).
+        ``message_router(msg, num_partitions)`` runs on the client's loop thread.
+        """
         producer = self._lt.run(
             self._client.create_producer(
                 topic,
-                producer_name=producer_name,
-                send_timeout_millis=send_timeout_millis,
-                compression_type=compression_type,
-                max_pending_messages=max_pending_messages,
-                block_if_queue_full=True,
-                batching_enabled=batching_enabled,
-                batching_max_messages=batching_max_messages,
-                batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
-                batching_max_publish_delay_ms=batching_max_publish_delay_ms,
-                batching_type=batching_type,
+                producer_name,
+                schema,
+                initial_sequence_id,
+                send_timeout_millis,
+                compression_type,
+                max_pending_messages,
+                max_pending_messages_across_partitions,
+                True,  # the blocking wrapper applies block_if_queue_full itself, before the loop
+                batching_enabled,
+                batching_max_messages,
+                batching_max_allowed_size_in_bytes,
+                batching_max_publish_delay_ms,
+                chunking_enabled,
+                message_routing_mode,
+                lazy_start_partitioned_producers,
+                properties,
+                batching_type,
+                encryption_key,
+                crypto_key_reader,
+                access_mode,
+                message_router,
+                hashing_scheme=hashing_scheme,
             )
         )
         return Producer(self._lt, producer, max_pending_messages, block_if_queue_full)
@@ -177,6 +215,7 @@ class Client:
         ack_timeout_redelivery_backoff: RedeliveryBackoff | None = None,
         ack_timeout_tick_time_ms: int = 1000,
         priority_level: int = 0,
+        expire_time_of_incomplete_chunked_message_ms: int = 60000,
     ) -> Consumer:
         """Subscribe to a topic, a list of topics or a pattern (``re.compile(...)``).
 
@@ -219,6 +258,7 @@ class Client:
                 ack_timeout_redelivery_backoff=ack_timeout_redelivery_backoff,
                 ack_timeout_tick_time_ms=ack_timeout_tick_time_ms,
                 priority_level=priority_level,
+                expire_time_of_incomplete_chunked_message_ms=expire_time_of_incomplete_chunked_message_ms,
             )
         )
         wrapped = Consumer(self._lt, consumer, ConsumerType(consumer_type))
