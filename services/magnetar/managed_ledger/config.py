@@ -20,8 +20,9 @@ class ManagedLedgerConfig:
     cache_bytes: int = 64 * 1024 * 1024
     # How long cursor acknowledgements may be held before they are written (coalescing).
     cursor_flush_delay: float = 0.005
-    # Retention of acknowledged data, as Pulsar's retention policy: a ledger every cursor has
-    # passed is deleted once the retained consumed data exceeds the size limit OR the ledger is
-    # older than the time limit; -1 means no limit, 0 (the default) keeps nothing consumed.
+    # Retention of acknowledged data, as Pulsar's retention policy (``ManagedLedger.trimmable``):
+    # a ledger every durable cursor has passed is deleted once it is older than the time limit OR
+    # the topic would still hold at least the size limit without it; -1 switches a limit off,
+    # 0/0 (the default) keeps nothing consumed.
     retention_minutes: int = 0
     retention_mb: int = 0

@@ -109,6 +109,9 @@ class ManagedLedger:
         self.non_durable_cursors: dict[str, ManagedCursor] = {}
         self._listeners: list[Callable[[], None]] = []
         self._trim_task: asyncio.Task[list[int]] | None = None
+        # Set by a feature that must re-read the entries after a position it stored (the broker's
+        # deduplication snapshot): trimming keeps every ledger holding an entry after it.
+        self.retain_from: Callable[[], Position | None] | None = None
 
     # ------------------------------------------------------------------ paths and metadata
     @property
@@ -121,6 +124,19 @@ class ManagedLedger:
     @property
     def counts_folder(self) -> str:
         return f"{self.meta_path}/ledger-counts"
+
+    @property
+    def store(self) -> MetadataStore:
+        """The metadata store, for features that keep properties of their own (``property_path``)."""
+        return self._store
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def property_path(self, key: str) -> str:
+        """Where property ``key`` of this managed ledger is kept; ``delete`` removes it with the rest."""
+        return paths.managed_ledger_property(self.name, key)
 
     def counts_path(self, ledger_id: int) -> str:
         """Where a closed ledger's per-entry message counts are stored (module docstring)."""
@@ -464,6 +480,11 @@ class ManagedLedger:
         info = self._infos.get(ledger_id)
         return info.entries if info else 0
 
+    def ledger_size(self, ledger_id: int) -> int:
+        """Bytes stored in ledger ``ledger_id`` (0 when it is not one of ours)."""
+        info = self._infos.get(ledger_id)
+        return info.size if info else 0
+
     @property
     def first_position(self) -> Position:
         """The position just before the oldest stored entry."""
@@ -593,50 +614,57 @@ class ManagedLedger:
 
     # ------------------------------------------------------------------ trimming
     def trimmable(self, now: float | None = None) -> list[int]:
-        """Closed ledgers every cursor has passed that retention no longer keeps, oldest first.
+        """Closed ledgers every durable cursor has passed that retention no longer keeps, oldest first.
 
-        With no cursor at all nothing is held back by consumers (Pulsar does the same: without
-        subscriptions or retention, data does not outlive its ledger). The ledger being
-        written is never trimmed.
+        Pulsar's rule (``ManagedLedgerImpl.internalTrimLedgers``): going from the oldest consumed
+        ledger on, a ledger is deleted when it is older than the retention time (closed more than
+        ``retention_minutes`` ago) OR when the topic would still hold at least ``retention_mb``
+        without it (every stored byte counts, consumed or not); the first ledger that neither
+        rule deletes stops the walk. -1 switches a rule off (both -1: infinite retention); 0/0
+        keeps nothing consumed. With no durable cursor at all nothing is held back by consumers
+        (Pulsar does the same: without subscriptions or retention, data does not outlive its
+        ledger). The ledger being written is never trimmed.
         """
         current = self._current.ledger_id if self._current is not None else None
         if self.cursors:
             slowest = min(c.mark_delete for c in self.cursors.values())
         else:
             slowest = self.last_confirmed
-        consumed: list[LedgerInfo] = []
-        for lid in self._ids:
-            info = self._infos[lid]
-            if lid == current:
-                break
-            if lid < slowest.ledger_id or (lid == slowest.ledger_id and slowest.entry_id >= info.entries - 1):
-                consumed.append(info)
-            else:
-                break
+        kept = self.retain_from() if self.retain_from is not None else None
+        if kept is not None and kept < slowest:
+            slowest = kept  # a feature re-reads from there (``retain_from``)
         now = time.time() if now is None else now
         size_limit = self.config.retention_mb * 1024 * 1024
         time_limit = self.config.retention_minutes * 60
+        total = self.total_size
         doomed: list[int] = []
-        retained = 0
-        for info in reversed(consumed):  # newest consumed first: retention keeps the most recent
-            retained += info.size
-            over_size = self.config.retention_mb >= 0 and retained > size_limit
+        deleted = 0
+        for lid in self._ids:
+            info = self._infos[lid]
+            consumed = lid < slowest.ledger_id or (lid == slowest.ledger_id and slowest.entry_id >= info.entries - 1)
+            if lid == current or not consumed:
+                break
+            deleted += info.size
+            over_size = self.config.retention_mb >= 0 and total - deleted >= size_limit
             expired = self.config.retention_minutes >= 0 and now - info.closed_at > time_limit
-            if over_size or expired or info.entries == 0:
-                doomed.append(info.ledger_id)
-        return sorted(doomed)
+            if not (over_size or expired or info.entries == 0):
+                break
+            doomed.append(lid)
+        return doomed
 
-    def schedule_trim(self) -> None:
+    def schedule_trim(self, now: float | None = None) -> None:
+        """Trim in the background if retention allows (after an ack, a roll-over, a policy
+        change, and on the broker's retention check with its clock's ``now``)."""
         if self._closed or (self._trim_task is not None and not self._trim_task.done()):
             return
-        if len(self._ids) < 2 or not self.trimmable():
+        if len(self._ids) < 2 or not self.trimmable(now):
             return
-        self._trim_task = asyncio.get_running_loop().create_task(self.trim())
+        self._trim_task = asyncio.get_running_loop().create_task(self.trim(now))
 
-    async def trim(self) -> list[int]:
+    async def trim(self, now: float | None = None) -> list[int]:
         """Delete trimmable ledgers: metadata first (so nothing points at a deleted ledger),
         then the ledgers themselves on the bookies."""
-        doomed = self.trimmable()
+        doomed = self.trimmable(now)
         if not doomed:
             return []
         for lid in doomed:
@@ -700,6 +728,11 @@ class ManagedLedger:
         for leftover in await self._store.children(self.counts_folder):
             try:
                 await self._store.delete(f"{self.counts_folder}/{leftover}")
+            except NotFound:
+                pass
+        for prop in await self._store.children(paths.managed_ledger_properties(self.name)):
+            try:
+                await self._store.delete(self.property_path(prop))
             except NotFound:
                 pass
         await self._store.delete(self.meta_path, ANY_VERSION)

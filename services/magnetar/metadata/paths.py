@@ -78,6 +78,21 @@ def managed_ledger_cursors(topic_name: TopicName | str) -> str:
     return f"{managed_ledger(topic_name)}/cursors"
 
 
+def managed_ledger_compaction(topic_name: TopicName | str) -> str:
+    """A topic's compaction record: its compacted ledger and horizon (broker/compaction/controller.py)."""
+    return f"{managed_ledger(topic_name)}/compaction"
+
+
+def managed_ledger_properties(topic_name: TopicName | str) -> str:
+    """The folder of a managed ledger's properties: state kept by features of the topic (the
+    deduplication snapshot), deleted with the managed ledger."""
+    return f"{managed_ledger(topic_name)}/properties"
+
+
+def managed_ledger_property(topic_name: TopicName | str, key: str) -> str:
+    return f"{managed_ledger_properties(topic_name)}/{_segment('property', key)}"
+
+
 def ledger(ledger_id: int) -> str:
     if ledger_id < 0:
         raise ValueError(f"ledger ids are non-negative, got {ledger_id}")
