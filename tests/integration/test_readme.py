@@ -20,6 +20,8 @@ from tests.support.standalone import StandaloneProcess
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 README_URL = "magnetar://127.0.0.1:6650"
+# Examples that set a policy call the admin REST API of `magnetar standalone` (default port 8080).
+README_ADMIN_URL = "http://127.0.0.1:8080"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
@@ -37,6 +39,7 @@ def test_readme_has_python_blocks_that_use_the_documented_url() -> None:
 @pytest.mark.parametrize("index", range(len(python_blocks())))
 def test_readme_python_block_runs(index: int, standalone: StandaloneProcess, tmp_path: Path) -> None:
     code = python_blocks()[index].replace(README_URL, standalone.service_url)
+    code = code.replace(README_ADMIN_URL, standalone.admin_url.rstrip("/"))
     script = tmp_path / f"readme_block_{index}.py"
     script.write_text(code)
     # Run outside the repository so that only the installed package is importable.

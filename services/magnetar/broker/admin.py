@@ -32,6 +32,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from magnetar.broker import subscription_admin as sa
 from magnetar.broker.admin_bookies import add_bookie_routes
+from magnetar.broker.compaction.admin import add_compaction_routes
+from magnetar.broker.non_persistent_admin import add_non_persistent_routes
 from magnetar.broker.policies import POLICY_ENDPOINTS, PolicyError, unenforced
 from magnetar.broker.resources import Conflict
 from magnetar.metadata import paths
@@ -167,6 +169,8 @@ class AdminServer:
         r.add_get("/lookup/v2/topic/persistent/{tenant}/{ns}/{topic}", self.lookup_topic)
         r.add_get("/metrics", self.metrics)
         add_bookie_routes(self.app, self.service)  # /admin/v2/bookies...: broker/admin_bookies.py
+        add_non_persistent_routes(self.app, self)  # /admin/v2/non-persistent/...: non_persistent_admin.py
+        add_compaction_routes(self.app, self)  # .../{topic}/compaction, internalStats: compaction/admin.py
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
@@ -283,14 +287,14 @@ class AdminServer:
     async def set_ns_policy(self, request: web.Request) -> web.StreamResponse:
         field = self._policy_field(request)
         await self.service.resources.set_namespace_policy(
-            request.match_info["tenant"], request.match_info["ns"], field, await _body(request)
+            request.match_info["tenant"], request.match_info["ns"], field, await _body(request), request.query
         )
         return web.Response(status=204)
 
     async def remove_ns_policy(self, request: web.Request) -> web.StreamResponse:
         field = self._policy_field(request)
         await self.service.resources.set_namespace_policy(
-            request.match_info["tenant"], request.match_info["ns"], field, None
+            request.match_info["tenant"], request.match_info["ns"], field, None, request.query
         )
         return web.Response(status=204)
 
@@ -490,12 +494,12 @@ class AdminServer:
 
     async def set_topic_policy(self, request: web.Request) -> web.StreamResponse:
         field = self._policy_field(request)
-        await self.service.resources.set_topic_policy(self._topic(request), field, await _body(request))
+        await self.service.resources.set_topic_policy(self._topic(request), field, await _body(request), request.query)
         return web.Response(status=204)
 
     async def remove_topic_policy(self, request: web.Request) -> web.StreamResponse:
         field = self._policy_field(request)
-        await self.service.resources.set_topic_policy(self._topic(request), field, None)
+        await self.service.resources.set_topic_policy(self._topic(request), field, None, request.query)
         return web.Response(status=204)
 
     # ------------------------------------------------------------------ subscriptions

@@ -20,6 +20,27 @@ class BrokerConfig:
     default_write_quorum: int = 1
     default_ack_quorum: int = 1
     allow_auto_topic_creation: bool = True
+    # Message deduplication (broker/dedup.py), Pulsar's brokerDeduplication* settings: the default
+    # when no namespace or topic policy says, a snapshot every so many stored entries and every so
+    # many seconds, the producers a snapshot keeps at most, and when an idle producer is forgotten.
+    broker_deduplication_enabled: bool = False
+    broker_deduplication_entries_interval: int = 1000
+    broker_deduplication_snapshot_interval_seconds: int = 120
+    broker_deduplication_max_number_of_producers: int = 10000
+    broker_deduplication_producer_inactivity_timeout_minutes: int = 360
+    # How often message TTL, retention and backlog quotas are applied (broker/expiry.py), Pulsar's
+    # messageExpiryCheckIntervalInMinutes (fractions allowed here), retentionCheckIntervalInSeconds
+    # and backlogQuotaCheckIntervalInSeconds; 0 turns a check off.
+    message_expiry_check_interval_minutes: float = 5.0
+    retention_check_interval_seconds: float = 120.0
+    backlog_quota_check_interval_seconds: float = 60.0
+    # Topic compaction (broker/compaction/): how often the compaction threshold is checked
+    # (brokerServiceCompactionMonitorIntervalInSeconds), the threshold when no policy sets one
+    # (brokerServiceCompactionThresholdInBytes, 0 = never), and whether messages without a key
+    # survive compaction (topicCompactionRetainNullKey).
+    compaction_monitor_interval: float = 60.0
+    compaction_threshold: int = 0
+    topic_compaction_retain_null_key: bool = False
     managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property

@@ -22,15 +22,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from magnetar import __version__
+from magnetar.broker.compaction import reads as compaction_reads
 from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.non_persistent_topic import NonPersistentSubscription, NonPersistentTopic
+from magnetar.broker.producer import ServerProducer
+from magnetar.broker.rate_limit import ReadThrottle, publish_delay
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.subscription_admin import LATEST_ID, mark_delete_for_publish_time
-from magnetar.broker.topic import PersistentTopic, ServerProducer
+from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic_protocol import AnySubscription, AnyTopic
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol import commands as c
 from magnetar.protocol.checksum import crc32c
@@ -43,12 +49,16 @@ from magnetar.protocol.errors import (
     MessageTooLarge,
     ProducerBusy,
     UnknownCommand,
+    Unsupported,
 )
 from magnetar.protocol.framing import FrameDecoder, encode_frames
 from magnetar.protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
+# Generated producer names carry this process's token: names must not repeat across brokers and
+# restarts, since deduplication is keyed by them.
+_NAME_TOKEN = secrets.token_hex(3)
 
 
 def _int(value: Any, what: str) -> int:
@@ -139,11 +149,13 @@ class ServerConnection(asyncio.Protocol):
         # Header room on top of the largest payload, so an over-sized message is refused with
         # MessageTooLarge (a clean per-message error) rather than by closing the connection.
         self.decoder = FrameDecoder(service.config.max_message_size + 64 * 1024)
-        self.producers: dict[int, tuple[ServerProducer, PersistentTopic]] = {}
-        self.consumers: dict[int, tuple[ServerConsumer, Subscription, PersistentTopic]] = {}
+        self.producers: dict[int, tuple[ServerProducer, AnyTopic]] = {}
+        self.consumers: dict[int, tuple[ServerConsumer, AnySubscription, AnyTopic]] = {}
         self._out: list[Mapping[str, object]] = []
         self._flush_scheduled = False
         self._closed = False
+        # Publish rate limits stop reading from this connection for a while (rate_limit.py).
+        self.read_throttle = ReadThrottle(lambda: self.transport, service.metrics.publish_throttled_seconds.inc)
         # Each handler takes its command's TypedDict; ``_run`` checked the required fields.
         self._handlers: dict[str, Callable[[Any], None]] = {
             c.CONNECT: self._connect,
@@ -175,6 +187,7 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self.read_throttle.close()
         self.service.connections.discard(self)
         self.service.metrics.connections.dec()
         if self.decoder.buffered:
@@ -232,8 +245,11 @@ class ServerConnection(asyncio.Protocol):
         self._run(frames)
 
     def _run(self, frames: list[Any]) -> None:
-        for cmd in frames:
+        for i, cmd in enumerate(frames):
             if self._closed:
+                return
+            if self.read_throttle.paused:  # over a publish rate: the rest of this read waits too
+                self.read_throttle.defer(frames[i:], self._run)
                 return
             problem = c.missing_fields(cmd)
             if problem is not None:
@@ -301,7 +317,8 @@ class ServerConnection(asyncio.Protocol):
 
         async def run() -> None:
             await self.service.resources.get_namespace(name.tenant, name.namespace)
-            partitions = await self.service.resources.partitions(name)
+            # Topic records belong to the persistent domain: a non-persistent topic is never partitioned.
+            partitions = await self.service.resources.partitions(name) if name.is_persistent else 0
             self.write(c.partitioned_metadata_response(cmd["rid"], partitions))
 
         self._spawn(cmd["rid"], run())
@@ -313,12 +330,20 @@ class ServerConnection(asyncio.Protocol):
         async def run() -> None:
             if pid in self.producers:
                 raise ProducerBusy(f"producer id {pid} is already in use on this connection")
-            topic = await self.service.get_topic(name)
-            pname = cmd.get("producer_name") or f"standalone-{self.id}-{pid}"
+            topic = await self.service.get_any_topic(name)
+            pname = cmd.get("producer_name") or f"standalone-{_NAME_TOKEN}-{self.id}-{pid}"
             producer = ServerProducer(pid, pname, self.id)
+            last = -1
+            if isinstance(topic, PersistentTopic):
+                # Deduplication (dedup.py) answers with the recovered state, so wait for it; a
+                # producer is refused while a backlog quota is exceeded (backlog_quota.py).
+                topic.dedup.configure(self.service.config, topic.policies)
+                await topic.dedup.ready()
+                last = topic.dedup.last_sequence_id(pname)
+                await topic.backlog_quota.admit_producer(self.service.clock())
             topic.add_producer(producer)
             self.producers[pid] = (producer, topic)
-            self.write(c.producer_success(cmd["rid"], pname, -1))
+            self.write(c.producer_success(cmd["rid"], pname, last))
 
         self._spawn(cmd["rid"], run())
 
@@ -345,10 +370,14 @@ class ServerConnection(asyncio.Protocol):
             error(ChecksumError("payload checksum does not match meta.crc"))
             return
         producer, topic = entry
+        if isinstance(topic, PersistentTopic) and topic.backlog_quota.blocked is not None:
+            if topic.backlog_quota.intercept(lambda: self._send(cmd), error):
+                return  # held (run again once released) or refused: backlog_quota.py
         task = topic.publish(producer, meta, payload)
+        self.read_throttle.hold(publish_delay(topic, int(meta.get("n", 1)), len(payload)))
         metrics = self.service.metrics
 
-        def done(t: asyncio.Task[Position]) -> None:
+        def done(t: asyncio.Future[Position]) -> None:
             if t.cancelled():
                 error(AlreadyClosed("send cancelled: topic closed"))
                 return
@@ -387,11 +416,14 @@ class ServerConnection(asyncio.Protocol):
         start = message_id_of(cmd.get("start_message_id"))
         inclusive = bool(cmd.get("start_inclusive", False))
         earliest = cmd.get("initial_position", "Latest") == "Earliest"
+        read_compacted = bool(cmd.get("read_compacted", False))
+        if read_compacted:  # R46b: persistent topics, Exclusive and Failover only
+            compaction_reads.check_read_compacted(name, sub_type)
 
         async def run() -> None:
             if cid in self.consumers:
                 raise InvalidCommand(f"consumer id {cid} is already in use on this connection")
-            topic = await self.service.get_topic(name)
+            topic = await self.service.get_any_topic(name)
             consumer = ServerConsumer(
                 cid,
                 str(cmd.get("consumer_name") or f"consumer-{self.id}-{cid}"),
@@ -403,6 +435,8 @@ class ServerConnection(asyncio.Protocol):
             )
             if durable:
                 sub = await topic.subscribe(sub_name, sub_type, consumer, earliest=earliest)
+            elif isinstance(topic, NonPersistentTopic):  # R43b: a reader gets what comes from now on
+                sub = await topic.subscribe(sub_name, sub_type, consumer, earliest=earliest, durable=False)
             else:
                 sub = await topic.subscribe(
                     sub_name,
@@ -412,6 +446,9 @@ class ServerConnection(asyncio.Protocol):
                     durable=False,
                     start=reader_start(topic.ml, start, inclusive, earliest),
                 )
+            if isinstance(topic, PersistentTopic) and isinstance(sub, Subscription):
+                from_earliest = earliest if durable or start is None else start[0] < 0
+                await compaction_reads.attach(topic, sub, read_compacted, from_earliest)
             self.consumers[cid] = (consumer, sub, topic)
             self.write(c.success(cmd["rid"]))
 
@@ -442,7 +479,7 @@ class ServerConnection(asyncio.Protocol):
     def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
         self.write(c.active_consumer_change(consumer_id, is_active))
 
-    def _consumer(self, consumer_id: int) -> tuple[ServerConsumer, Subscription, PersistentTopic]:
+    def _consumer(self, consumer_id: int) -> tuple[ServerConsumer, AnySubscription, AnyTopic]:
         entry = self.consumers.get(int(consumer_id))
         if entry is None:
             raise AlreadyClosed(f"consumer {consumer_id} is not open on this connection")
@@ -505,10 +542,14 @@ class ServerConnection(asyncio.Protocol):
     def _seek(self, cmd: c.Seek) -> None:
         _consumer, sub, _ = self._consumer(cmd["consumer_id"])
         lid, eid = (int(x) for x in cmd["position"])
+        if isinstance(sub, NonPersistentSubscription):  # R43b: nothing stored, nothing to rewind
+            self.write(c.success(cmd["rid"]))
+            return
 
         async def run() -> None:
             target = sub.ml.first_readable(Position(lid, eid))
             before = Position(lid, eid - 1) if target is None else Position(target.ledger_id, target.entry_id - 1)
+            before = compaction_reads.seek_mark_delete(sub, Position(lid, eid)) or before  # R46b
             await sub.reset(before)
             self.write(c.success(cmd["rid"]))
 
@@ -519,6 +560,9 @@ class ServerConnection(asyncio.Protocol):
         (binary search on publish times, then a bounded walk back: managed_ledger/search.py)."""
         _consumer, sub, _ = self._consumer(cmd["consumer_id"])
         publish_time = _int(cmd["publish_time"], "publish_time")
+        if isinstance(sub, NonPersistentSubscription):  # R43b, as seek
+            self.write(c.success(cmd["rid"]))
+            return
 
         async def run() -> None:
             await sub.reset(await mark_delete_for_publish_time(sub.ml, publish_time))
@@ -529,8 +573,15 @@ class ServerConnection(asyncio.Protocol):
     def _get_last_message_id(self, cmd: c.GetLastMessageId) -> None:
         """R20f: the topic's last message id and the subscription's mark-delete position."""
         _consumer, sub, topic = self._consumer(cmd["consumer_id"])
+        if not isinstance(sub, Subscription) or not isinstance(topic, PersistentTopic):
+            raise Unsupported("getLastMessageId is not supported on non-persistent topic")  # R43b
 
         async def run() -> None:
+            compacted = await compaction_reads.last_message_id(topic, sub)  # R46b
+            if compacted is not None:
+                md = sub.cursor.mark_delete
+                self.write(c.last_message_id_response(cmd["rid"], *compacted, [md.ledger_id, md.entry_id]))
+                return
             ml = topic.ml
             last = ml.last_confirmed
             ledger, entry, batch = -1, -1, -1

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 if TYPE_CHECKING:
+    from magnetar.broker.non_persistent_topic import NonPersistentTopic
     from magnetar.broker.topic import PersistentTopic
 
 
@@ -32,6 +33,35 @@ class BrokerMetrics:
         )
         self.rate_in = Gauge("magnetar_topic_msg_rate_in", "Messages/s published per topic", ["topic"], registry=r)
         self.rate_out = Gauge("magnetar_topic_msg_rate_out", "Messages/s dispatched per topic", ["topic"], registry=r)
+        # Rate limits (rate_limit.py): Pulsar's pulsar_publish_rate_limit_times and the
+        # dispatchThrottled*Events* subscription stats, plus the time connections spent paused.
+        self.publish_throttled_seconds = Counter(
+            "magnetar_broker_publish_throttled_seconds",
+            "Seconds connections spent with reading paused by publish rate limits",
+            registry=r,
+        )
+        self.publish_rate_limit_times = Gauge(
+            "magnetar_publish_rate_limit_times", "Times a topic went over its publish rate", ["topic"], registry=r
+        )
+        self.dispatch_throttled_events = Gauge(
+            "magnetar_subscription_dispatch_throttled_events",
+            "Dispatch reads cut short by a rate limit (limit: topic or subscription; unit: msg or bytes)",
+            ["topic", "subscription", "limit", "unit"],
+            registry=r,
+        )
+        # Non-persistent topics: messages dropped for subscriptions whose consumers had no permits.
+        self.msgs_dropped = Counter(
+            "magnetar_broker_messages_dropped",
+            "Non-persistent messages dropped (no consumer could take them)",
+            registry=r,
+        )
+        self.drop_rate = Gauge(
+            "magnetar_subscription_msg_drop_rate",
+            "Non-persistent messages/s dropped per subscription (Pulsar's pulsar_subscription_msg_drop_rate)",
+            ["topic", "subscription"],
+            registry=r,
+        )
+        self._dropped_seen: dict[str, int] = {}
 
     def update(self, topics: Mapping[str, PersistentTopic]) -> None:
         """Refresh the per-topic gauges from the broker's loaded topics (called once a second)."""
@@ -40,5 +70,26 @@ class BrokerMetrics:
             self.storage.labels(name).set(topic.ml.total_size)
             self.rate_in.labels(name).set(topic.rate_in.msg_rate)
             self.rate_out.labels(name).set(topic.rate_out.msg_rate)
+            self.publish_rate_limit_times.labels(name).set(topic.rate_limits.publish.limited_times)
             for sub_name, sub in topic.subscriptions.items():
                 self.backlog.labels(name, sub_name).set(sub.cursor.backlog)
+                for key, count in sub.dispatch_gate.events.items():
+                    unit, limit = key.split("_")
+                    self.dispatch_throttled_events.labels(name, sub_name, limit, unit).set(count)
+
+    def update_non_persistent(self, topics: Mapping[str, NonPersistentTopic]) -> None:
+        """The same per-topic gauges for non-persistent topics (no storage, no backlog), their
+        drop rates, and the drop counter (called once a second, after ``update``)."""
+        self.topics.inc(len(topics))
+        for name, topic in topics.items():
+            self.rate_in.labels(name).set(topic.rate_in.msg_rate)
+            self.rate_out.labels(name).set(topic.rate_out.msg_rate)
+            for sub_name, sub in topic.subscriptions.items():
+                self.drop_rate.labels(name, sub_name).set(sub.drop_rate.msg_rate)
+            dropped = topic.msg_drop
+            delta = dropped - self._dropped_seen.get(name, 0)
+            if delta > 0:
+                self.msgs_dropped.inc(delta)
+            self._dropped_seen[name] = dropped
+        for name in [n for n in self._dropped_seen if n not in topics]:
+            del self._dropped_seen[name]

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.broker import quota_policy
+from magnetar.broker.rate_policy import RATE_ENDPOINTS, RATE_FIELDS, normalize_rate
 from magnetar.protocol.errors import InvalidCommand
 
 
@@ -26,26 +28,47 @@ class PolicyError(InvalidCommand):
 
 # REST path segment -> (policy field, kind). Namespace and topic level share the fields.
 POLICY_ENDPOINTS: dict[str, str] = {
+    **RATE_ENDPOINTS,
     "persistence": "persistence",
     "retention": "retention_policies",
     "messageTTL": "message_ttl_in_seconds",
     "backlogQuota": "backlog_quota_map",
-    "deduplication": "deduplicationEnabled",
+    "backlogQuotaMap": "backlog_quota_map",
+    "deduplication": "deduplicationEnabled",  # namespace level, Pulsar's path
+    "deduplicationEnabled": "deduplicationEnabled",  # topic level, Pulsar's path
+    "deduplicationSnapshotInterval": "deduplicationSnapshotIntervalSeconds",
     "maxProducersPerTopic": "max_producers_per_topic",
     "maxConsumersPerTopic": "max_consumers_per_topic",
     "maxProducers": "max_producers_per_topic",
     "maxConsumers": "max_consumers_per_topic",
+    "compactionThreshold": "compaction_threshold",
 }
 FIELDS = (
+    *RATE_FIELDS,
     "persistence",
     "retention_policies",
     "message_ttl_in_seconds",
     "backlog_quota_map",
     "deduplicationEnabled",
+    "deduplicationSnapshotIntervalSeconds",
     "max_producers_per_topic",
     "max_consumers_per_topic",
+    "compaction_threshold",
 )
-ENFORCED = frozenset({"persistence", "retention_policies", "max_producers_per_topic", "max_consumers_per_topic"})
+ENFORCED = frozenset(
+    {
+        *RATE_FIELDS,
+        "persistence",
+        "retention_policies",
+        "message_ttl_in_seconds",
+        "backlog_quota_map",
+        "deduplicationEnabled",
+        "deduplicationSnapshotIntervalSeconds",
+        "max_producers_per_topic",
+        "max_consumers_per_topic",
+        "compaction_threshold",
+    }
+)
 BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
 
 
@@ -78,54 +101,54 @@ def normalize(field: str, value: Any) -> Any:
             "managedLedgerMaxMarkDeleteRate": value.get("managedLedgerMaxMarkDeleteRate", 0),
         }
     if field == "retention_policies":
-        if not isinstance(value, dict):
-            raise PolicyError("retention must be an object")
-        return {
-            "retentionTimeInMinutes": _int(value.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes", -1),
-            "retentionSizeInMB": _int(value.get("retentionSizeInMB", 0), "retentionSizeInMB", -1),
-        }
+        try:
+            return quota_policy.normalize_retention(value)
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from None
     if field == "message_ttl_in_seconds":
         return _int(value, "messageTTL", 0)
     if field == "backlog_quota_map":
-        if isinstance(value, dict) and "destination_storage" in value:
-            value = value["destination_storage"]
-        if not isinstance(value, dict):
-            raise PolicyError("backlogQuota must be an object")
-        policy = value.get("policy", "producer_request_hold")
-        if policy not in BACKLOG_POLICIES:
-            raise PolicyError(f"backlog quota policy must be one of {', '.join(BACKLOG_POLICIES)}, got {policy!r}")
-        return {
-            "destination_storage": {
-                "limitSize": _int(value.get("limitSize", -1), "limitSize", -1),
-                "limitTime": _int(value.get("limitTime", -1), "limitTime", -1),
-                "policy": policy,
-            }
-        }
+        try:
+            return quota_policy.normalize_quota_map(value)
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from None
     if field == "deduplicationEnabled":
         if not isinstance(value, bool):
             raise PolicyError(f"deduplication must be true or false, got {value!r}")
         return value
+    if field == "deduplicationSnapshotIntervalSeconds":
+        return _int(value, "deduplicationSnapshotInterval", 0)
+    if field == "compaction_threshold":  # bytes after the compaction horizon (broker/compaction/monitor.py)
+        return _int(value, "compactionThreshold", 0)
     if field in ("max_producers_per_topic", "max_consumers_per_topic"):
         return _int(value, field, 0)
+    if field in RATE_FIELDS:
+        try:
+            return normalize_rate(field, value)
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from None
     raise PolicyError(f"unknown policy {field!r}")
 
 
-def check_consistent(policies: dict[str, Any]) -> None:
-    """Cross-field rules: a backlog quota may not exceed the retention size (Pulsar returns 412)."""
-    retention = policies.get("retention_policies") or {}
-    quota = (policies.get("backlog_quota_map") or {}).get("destination_storage") or {}
-    size_mb = retention.get("retentionSizeInMB", 0)
-    limit = quota.get("limitSize", -1)
-    if size_mb and size_mb > 0 and limit and limit > 0 and limit > size_mb * 1024 * 1024:
-        raise PolicyError(
-            f"backlog quota limitSize ({limit} bytes) exceeds the retention size ({size_mb} MB)", status=412
-        )
-    time_min = retention.get("retentionTimeInMinutes", 0)
-    limit_t = quota.get("limitTime", -1)
-    if time_min and time_min > 0 and limit_t and limit_t > time_min * 60:
-        raise PolicyError(
-            f"backlog quota limitTime ({limit_t} s) exceeds the retention time ({time_min} min)", status=412
-        )
+def check_consistent(policies: dict[str, Any], changed: str | None = None, level: str = "namespace") -> None:
+    """Cross-field rules: a backlog quota must stay below the retention limits (Pulsar returns 412);
+    ``changed`` names the field being set, which picks Pulsar's wording (quota_policy.py)."""
+    problem = quota_policy.quota_above_retention(
+        policies.get("retention_policies"), policies.get("backlog_quota_map"), changed, level
+    )
+    if problem is not None:
+        raise PolicyError(problem, status=412)
+
+
+def updated(field: str, current: Any, value: Any, params: Mapping[str, str] | None = None) -> Any:
+    """The value to store when ``value`` is set (None: removed) on ``field``, given the REST query
+    ``params``: a backlog quota is set or removed per ``backlogQuotaType``, as in Pulsar."""
+    if field == "backlog_quota_map":
+        try:
+            return quota_policy.update_quota_map(current, value, (params or {}).get("backlogQuotaType"))
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from None
+    return normalize(field, value)
 
 
 def normalize_all(doc: dict[str, Any]) -> dict[str, Any]:

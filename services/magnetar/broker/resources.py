@@ -9,13 +9,22 @@ it. Every write is a compare-and-set so that two admin calls racing do not lose 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from magnetar.broker.policies import PolicyError, check_consistent, normalize, normalize_all
+from magnetar.broker.policies import PolicyError, check_consistent, normalize_all, updated
 from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
 from magnetar.protocol.errors import AlreadyExists, BadVersion, NamespaceNotFound, NotFound, TenantNotFound
 from magnetar.protocol.topic_name import TopicName
+
+# Policies whose values must agree with one another (a backlog quota below retention).
+CONSISTENT_FIELDS = ("retention_policies", "backlog_quota_map")
+
+
+def _effective(ns_doc: dict[str, Any], topic_policies: dict[str, Any]) -> dict[str, Any]:
+    """The retention and quota a topic runs with: its own over its namespace's, field by field."""
+    return {f: topic_policies.get(f) if topic_policies.get(f) is not None else ns_doc.get(f) for f in CONSISTENT_FIELDS}
 
 
 def _load(raw: bytes) -> dict[str, Any]:
@@ -91,10 +100,22 @@ class Resources:
         except BadVersion as exc:
             raise AlreadyExists(f"namespace {tenant}/{ns} already exists") from exc
 
-    async def set_namespace_policy(self, tenant: str, ns: str, field: str, value: Any) -> None:
+    async def set_namespace_policy(
+        self, tenant: str, ns: str, field: str, value: Any, params: Mapping[str, str] | None = None
+    ) -> None:
+        """Set (or, with None, remove) one namespace policy; ``params`` is the REST query
+        (``backlogQuotaType``). Retention and backlog quotas must stay consistent here and on
+        every topic of the namespace whose own policies combine with these."""
         doc, version = await self.get_namespace(tenant, ns)
-        doc[field] = normalize(field, value)
-        check_consistent(doc)
+        doc[field] = updated(field, doc.get(field), value, params)
+        check_consistent(doc, field, "namespace")
+        if field in CONSISTENT_FIELDS:
+            for local in await self.namespace_topics(tenant, ns):
+                name = TopicName("persistent", tenant, ns, local)
+                record = await self.get_topic(name)
+                own = (record[0].get("policies") if record else None) or {}
+                if any(own.get(f) is not None for f in CONSISTENT_FIELDS):
+                    check_consistent(_effective(doc, own), field, f"topic {name}")
         await self.store.put(paths.namespace(tenant, ns), json.dumps(doc).encode(), version)
 
     async def namespace_topics(self, tenant: str, ns: str) -> list[str]:
@@ -179,14 +200,21 @@ class Resources:
         doc["partitions"] = partitions
         await self.store.put(self._topic_path(topic), json.dumps(doc).encode(), version)
 
-    async def set_topic_policy(self, topic: TopicName, field: str, value: Any) -> None:
+    async def set_topic_policy(
+        self, topic: TopicName, field: str, value: Any, params: Mapping[str, str] | None = None
+    ) -> None:
+        """Set (or remove) one topic-level policy; retention and backlog quotas are checked as
+        they take effect: the topic's own over its namespace's."""
         found = await self.get_topic(topic)
         if found is None:
             raise NotFound(f"topic {topic} does not exist")
         doc, version = found
         policies = dict(doc.get("policies") or {})
-        policies[field] = normalize(field, value)
-        check_consistent(policies)
+        policies[field] = updated(field, policies.get(field), value, params)
+        check_consistent(policies, field, "topic")
+        if field in CONSISTENT_FIELDS:
+            ns_doc, _ = await self.get_namespace(topic.tenant, topic.namespace)
+            check_consistent(_effective(ns_doc, policies), field, "topic")
         doc["policies"] = policies
         await self.store.put(self._topic_path(topic), json.dumps(doc).encode(), version)
 

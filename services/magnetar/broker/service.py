@@ -22,10 +22,17 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
+from magnetar.broker.compaction.controller import TopicCompaction, delete_compaction_state
+from magnetar.broker.compaction.monitor import run_monitor
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.expiry import PolicyChecks
 from magnetar.broker.metrics import BrokerMetrics
+from magnetar.broker.non_persistent_registry import NonPersistentTopics
+from magnetar.broker.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.ownership import BrokerInfo, Ownership
 from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.resources import Conflict, Resources
@@ -72,10 +79,16 @@ class BrokerService:
         self.resources = Resources(store)
         self.metrics = metrics or BrokerMetrics()
         self.topics: dict[str, PersistentTopic] = {}
+        # Non-persistent topics: no managed ledger, so not in ``topics`` (non_persistent_registry).
+        self.non_persistent = NonPersistentTopics(self)
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._port: int | None = None
         self._web_port: int | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._compaction_monitor: asyncio.Task[None] | None = None  # compaction/monitor.py
+        # Epoch seconds for time-based policies (TTL, retention, backlog age); tests may move it on.
+        self.clock: Callable[[], float] = time.time
+        self._policy_checks = PolicyChecks(self)
         self.connections: set[Any] = set()
         self.ready = False
         self.closing = False
@@ -132,6 +145,8 @@ class BrokerService:
             self.store.watch(paths.TOPICS, self._policies_changed),
         ]
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
+        self._policy_checks.start()  # TTL, retention, backlog quotas (expiry.py)
+        self._compaction_monitor = asyncio.get_running_loop().create_task(run_monitor(self))
         self.ready = True
 
     @property
@@ -145,6 +160,7 @@ class BrokerService:
         for conn in list(self.connections):
             conn.abort()
         self.topics.clear()
+        self.non_persistent.drop_all()
         if self.on_fatal is not None:
             self.on_fatal()
 
@@ -154,7 +170,9 @@ class BrokerService:
         if own is None or note.kind != "delete" or note.path not in own.owned:
             return
         own.owned.discard(note.path)
-        for key in [k for k in self.topics if own.bundle_path(TopicName.parse(k)) == note.path]:
+        for key in [
+            k for k in [*self.topics, *self.non_persistent.topics] if own.bundle_path(TopicName.parse(k)) == note.path
+        ]:
             log.warning("lost ownership of %s: unloading %s", note.path, key)
             asyncio.get_running_loop().create_task(self.unload_topic(key))
 
@@ -202,6 +220,8 @@ class BrokerService:
             for topic in list(self.topics.values()):
                 topic.sample_rates()
             self.metrics.update(self.topics)
+            self.non_persistent.sample_rates()
+            self.metrics.update_non_persistent(self.non_persistent.topics)
 
     async def stop(self) -> None:
         """Graceful unload: leave the live set, hand topics over, seal ledgers, release bundles.
@@ -213,6 +233,9 @@ class BrokerService:
         self.closing = True
         if self._ticker is not None:
             self._ticker.cancel()
+        self._policy_checks.stop()
+        if self._compaction_monitor is not None:
+            self._compaction_monitor.cancel()
         if self._unwatch_session is not None:
             self._unwatch_session()
         for unwatch in self._unwatch_policies:
@@ -221,6 +244,7 @@ class BrokerService:
             await self.ownership.unregister()
         for name in list(self.topics):
             await self.unload_topic(name)
+        await self.non_persistent.unload_all()
         if self.ownership is not None:
             await self.ownership.release_all()
         if self._unwatch is not None:
@@ -232,7 +256,15 @@ class BrokerService:
             conn.close()
 
     # ------------------------------------------------------------------ topics
+    async def get_any_topic(self, name: TopicName, *, create: bool = True) -> PersistentTopic | NonPersistentTopic:
+        """The topic for a client's producer or consumer, of either domain."""
+        if not name.is_persistent:
+            return await self.non_persistent.get(name, create=create)
+        return await self.get_topic(name, create=create)
+
     async def get_topic(self, name: TopicName, *, create: bool = True) -> PersistentTopic:
+        if not name.is_persistent:  # never give a non-persistent topic a managed ledger
+            raise InvalidTopicName(f"{name} is a non-persistent topic: it has no managed ledger")
         key = str(name)
         if self.closing:
             raise ServiceNotReady("broker is shutting down")
@@ -246,6 +278,9 @@ class BrokerService:
         self._loading[key] = fut
         try:
             topic = await self._load(name, create)
+            topic.compaction = await TopicCompaction.load(
+                topic, self.store, self.ledgers, retain_null_key=self.config.topic_compaction_retain_null_key
+            )
             self.topics[key] = topic
             fut.set_result(topic)
             return topic
@@ -274,7 +309,7 @@ class BrokerService:
             name.path, self.store, self.ledgers, self._ml_config(eff), entry_messages=entry_messages
         )
         log.info("loaded topic %s (E/Qw/Qa %s/%s/%s)", name, eff.ensemble_size, eff.write_quorum, eff.ack_quorum)
-        return PersistentTopic(str(name), ml, policies=eff)
+        return PersistentTopic(str(name), ml, policies=eff, config=self.config)
 
     async def resolve_policies(self, name: TopicName) -> EffectivePolicies:
         """The policies ``name`` runs with now: its topic-level ones (a partition's live on its
@@ -308,6 +343,8 @@ class BrokerService:
             return
         tenant, ns = parts[1], parts[2]
         local = parts[3] if parts[0] == paths.TOPICS.strip("/") and len(parts) > 3 else None
+        if local is None:
+            self.non_persistent.namespace_policies_changed(tenant, ns)
         for key, topic in list(self.topics.items()):
             name = TopicName.parse(key)
             if name.tenant != tenant or name.namespace != ns:
@@ -328,6 +365,8 @@ class BrokerService:
             topic.apply_policies(eff)
 
     async def unload_topic(self, key: str) -> None:
+        if await self.non_persistent.unload(key):
+            return
         topic = self.topics.pop(key, None)
         if topic is None:
             return
@@ -338,6 +377,9 @@ class BrokerService:
 
     async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
         """Delete a non-partitioned topic or one partition: its data, cursors and record."""
+        if not name.is_persistent:
+            await self.non_persistent.delete(name, force=force)
+            return
         key = str(name)
         exists = await self.resources.topic_exists(name) or key in self.topics
         if not exists:
@@ -360,5 +402,8 @@ class BrokerService:
             ml = topic.ml
             for sub in topic.subscriptions.values():
                 sub.close()
+        if topic is not None and topic.compaction is not None:
+            await topic.compaction.close()
+        await delete_compaction_state(self.store, self.ledgers, name)
         await ml.delete()
         await self.resources.delete_topic_record(name)

@@ -35,14 +35,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.delayed_delivery import DelayedDeliveryTracker, now_ms
 from magnetar.broker.dispatchers import Dispatcher, dispatcher_for
 from magnetar.broker.dispatchers.key_shared import KeySharedDispatcher
+from magnetar.broker.expiry_stats import ExpiryStats
 from magnetar.broker.key_hash import key_hash
+from magnetar.broker.rate_limit import DispatchGate
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, Position
 from magnetar.protocol import commands as c
 from magnetar.protocol.entry import EntryMeta, decode_entry
@@ -61,6 +63,16 @@ LOOKAHEAD_LIMIT = 20_000
 DELAYED_RELEASE_LIMIT = 1_000
 
 BatchAck = tuple[Position, int, Sequence[int]]
+
+
+class CompactedReads(Protocol):
+    """A read-compacted subscription's view (implemented by compaction/reads.py, WIRE.md R46b)."""
+
+    def covers(self, pos: Position) -> bool: ...
+    async def read(self, start: Position, budget: int) -> tuple[list[tuple[Position, bytes]], Position]: ...
+    async def read_positions(self, positions: Sequence[Position]) -> list[tuple[Position, bytes]]: ...
+    def after_ack(self) -> None: ...
+    def rewound(self, mark_delete: Position) -> None: ...
 
 
 def _partition_index(topic_name: str) -> int:
@@ -103,6 +115,12 @@ class Subscription:
         self._unlisten = ml.add_listener(self.schedule)
         self.msg_out = 0
         self.bytes_out = 0
+        # Dispatch rate limits: the topic attaches its limits (rate_limit.TopicRateLimits.attach).
+        self.dispatch_gate = DispatchGate()
+        # Message TTL expiry: Pulsar's msgRateExpired, totalMsgExpired, lastExpireTimestamp (expiry.py).
+        self.expiry = ExpiryStats()
+        # A read-compacted consumer's view (compaction/reads.py, WIRE.md R46b): set when one joins.
+        self.compacted: CompactedReads | None = None
 
     @property
     def sub_type(self) -> str:
@@ -233,6 +251,8 @@ class Subscription:
                 consumer.unacked.pop(pos, None)
                 self._replay_drop(pos)
             fut = self.cursor.ack(positions)
+        if self.compacted is not None:
+            self.compacted.after_ack()  # what compaction removed counts as consumed
         self._check_recently_joined()
         return fut
 
@@ -318,6 +338,8 @@ class Subscription:
         if self.delayed is not None:
             self.delayed.clear()
         await self.cursor.reset(mark_delete)
+        if self.compacted is not None:
+            self.compacted.rewound(mark_delete)
         self.schedule()
 
     # ------------------------------------------------------------------ replay set
@@ -437,7 +459,7 @@ class Subscription:
             return
         if not (
             self._ready
-            or (self.cursor.has_more() and len(self.redeliver) < LOOKAHEAD_LIMIT)
+            or (self._has_more() and len(self.redeliver) < LOOKAHEAD_LIMIT)
             or (self.delayed is not None and self.delayed.has_due())
         ):
             return
@@ -470,7 +492,9 @@ class Subscription:
             return False
         epoch = self._epoch
         self._release_delayed()
-        budget = max(1, min(READ_BATCH, self.dispatcher.total_permits()))
+        budget = self.dispatch_gate.allow(max(1, min(READ_BATCH, self.dispatcher.total_permits())), self.schedule)
+        if budget <= 0:
+            return False  # over a dispatch rate: the gate calls schedule() when it allows again
         taken = self._take_ready(budget)
         if taken:
             try:
@@ -487,26 +511,35 @@ class Subscription:
                         self._replay_drop(pos)
                 self._dispatch_entries(entries, replay=True)
             return True
-        if len(self.redeliver) >= LOOKAHEAD_LIMIT or not self.cursor.has_more():
+        if len(self.redeliver) >= LOOKAHEAD_LIMIT or not self._has_more():
             return False
         if self.delayed is not None:
             await self.delayed.room()
             if epoch != self._epoch:
                 return True
         start = self.cursor.read_position
-        entries = await self.ml.read_entries(start, budget)
+        if self.compacted is not None and self.compacted.covers(start):
+            entries, after = await self.compacted.read(start, budget)
+        else:
+            entries = await self.ml.read_entries(start, budget)
+            after = self.ml.next_position(entries[-1][0]) if entries else start
         if epoch != self._epoch:
             return True
-        if not entries:
-            return False
-        after = self.ml.next_position(entries[-1][0])
         if after > self.cursor.read_position:
             self.cursor.read_position = after
+        if not entries:
+            return after > start
         self._dispatch_entries(entries, replay=False)
         return True
 
+    def _has_more(self) -> bool:
+        compacted = self.compacted
+        return self.cursor.has_more() or (compacted is not None and compacted.covers(self.cursor.read_position))
+
     async def _read_positions(self, positions: list[Position]) -> list[tuple[Position, bytes]]:
         """Read sorted ``positions``, one read per run of consecutive entries of a ledger."""
+        if self.compacted is not None and positions and self.compacted.covers(positions[0]):
+            return await self.compacted.read_positions(positions)
         out: list[tuple[Position, bytes]] = []
         i = 0
         while i < len(positions):
@@ -574,6 +607,9 @@ class Subscription:
     def _deliver(self, consumer: ServerConsumer, pos: Position, meta: EntryMeta, payload: bytes) -> None:
         count = int(meta.get("n", 1))
         acked = self.cursor.acked_indexes(pos)
+        removed = cast(Mapping[str, Any], meta).get("cx")  # indexes compaction removed (R46c)
+        if removed:
+            acked = frozenset(removed).union(acked or ())
         self.owner[pos] = consumer
         consumer.deliver(pos, meta, payload, count, self.redelivery_counts.get(pos, 0), acked)
         h = self._key_hash_of.get(pos)
@@ -582,6 +618,7 @@ class Subscription:
             holders[consumer] = holders.get(consumer, 0) + 1
         self.msg_out += count - (len(acked) if acked else 0)
         self.bytes_out += len(payload)
+        self.dispatch_gate.consume(count - (len(acked) if acked else 0), len(payload))
 
     # ------------------------------------------------------------------ stats and lifecycle
     def stats(self) -> dict[str, Any]:
@@ -597,6 +634,8 @@ class Subscription:
             "readPosition": str(self.cursor.read_position),
             "isDurable": self.durable,
             "msgDelayed": len(self.delayed) if self.delayed is not None else 0,
+            **self.dispatch_gate.stats(),
+            **self.expiry.stats(),
             "activeConsumerName": active.name if active is not None else None,
             "consumersAfterMarkDeletePosition": {cons.name: str(pos) for cons, pos in self.recently_joined.items()},
             "consumers": [
@@ -617,6 +656,7 @@ class Subscription:
 
     def close(self) -> None:
         self._unlisten()
+        self.dispatch_gate.close()
         if self._task is not None:
             self._task.cancel()
         if self.delayed is not None:

@@ -139,25 +139,40 @@ async def skip_all(sub: Subscription) -> None:
     await sub.reset(sub.ml.last_confirmed)
 
 
-async def expire(sub: Subscription, expire_seconds: int, now_ms: int) -> int:
+async def expire(sub: Subscription, expire_seconds: int, now_ms: int, *, count: bool = True) -> int:
     """Acknowledge every entry published more than ``expire_seconds`` before ``now_ms``;
-    returns how many entries that acknowledged."""
+    returns how many entries that acknowledged. The messages count in the subscription's
+    expiry stats (``totalMsgExpired``) unless ``count`` is False (backlog quota eviction)."""
     if expire_seconds < 0:
         raise InvalidCommand(f"the expiry time must not be negative, got {expire_seconds}")
     ml, cursor = sub.ml, sub.cursor
     upto = await mark_delete_for_publish_time(ml, now_ms - expire_seconds * 1000)
     pending: list[Position] = []
     acked = 0
+    # Counted from what this call acknowledges (messages of each entry, less batch indexes already
+    # acknowledged) and recorded as the acks are issued: the cursor applies an ack at once and
+    # then persists it, so stats read meanwhile see the expiry together with the smaller backlog.
+    messages = 0
+
+    async def ack(positions: list[Position]) -> None:
+        nonlocal messages
+        if count:
+            sub.expiry.record(messages, now_ms)
+        messages = 0
+        await _ack_all(sub, positions)
+
     pos = ml.next_position(cursor.mark_delete)
     while pos <= upto and ml.is_readable(pos):
         if not cursor.is_acked(pos):
             pending.append(pos)
+            partial = cursor.partial.get(pos)
+            messages += ml.messages_of(pos) - (len(partial[1]) if partial else 0)
         if len(pending) >= ACK_CHUNK:
-            await _ack_all(sub, pending)
+            await ack(pending)
             acked += len(pending)
             pending = []
         pos = ml.next_position(pos)
-    await _ack_all(sub, pending)
+    await ack(pending)
     return acked + len(pending)
 
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from magnetar.broker.backlog_quota import BacklogQuotaGuard
+from magnetar.broker.compaction.controller import TopicCompaction, compaction_stats
+from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.dedup import Deduplication, Ticket
 from magnetar.broker.policies import EffectivePolicies
+from magnetar.broker.producer import Rate, ServerProducer
+from magnetar.broker.rate_limit import TopicRateLimits
 from magnetar.broker.subscription import Subscription
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol import commands as c
@@ -23,41 +27,15 @@ from magnetar.protocol.entry import EntryMeta, encode_entry
 from magnetar.protocol.errors import ConsumerBusy, ProducerBusy
 
 
-@dataclass(eq=False, slots=True)
-class ServerProducer:
-    producer_id: int
-    name: str
-    connection_id: int
-    msg_in: int = 0
-    # Set by the first failed write: later sends from this registration are refused, so a
-    # message resent after a reconnect can never land behind one sent after it.
-    fenced: BaseException | None = None
-
-
-class Rate:
-    """Messages and bytes per second over the last sampling interval (Pulsar's msgRateIn & co)."""
-
-    __slots__ = ("_last_bytes", "_last_msgs", "_last_t", "bytes_rate", "msg_rate")
-
-    def __init__(self) -> None:
-        self._last_t = time.monotonic()
-        self._last_msgs = 0
-        self._last_bytes = 0
-        self.msg_rate = 0.0
-        self.bytes_rate = 0.0
-
-    def sample(self, msgs: int, nbytes: int) -> None:
-        now = time.monotonic()
-        dt = now - self._last_t
-        if dt <= 0:
-            return
-        self.msg_rate = (msgs - self._last_msgs) / dt
-        self.bytes_rate = (nbytes - self._last_bytes) / dt
-        self._last_t, self._last_msgs, self._last_bytes = now, msgs, nbytes
-
-
 class PersistentTopic:
-    def __init__(self, name: str, ml: ManagedLedger, *, policies: EffectivePolicies | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        ml: ManagedLedger,
+        *,
+        policies: EffectivePolicies | None = None,
+        config: BrokerConfig | None = None,
+    ) -> None:
         self.name = name
         self.ml = ml
         self.producers: dict[tuple[int, int], ServerProducer] = {}
@@ -72,10 +50,22 @@ class PersistentTopic:
         self.bytes_in = 0
         self.rate_in = Rate()
         self.rate_out = Rate()
+        # Topic compaction (compaction/controller.py): set by the service once its record is loaded.
+        self.compaction: TopicCompaction | None = None
+        # Publish and dispatch rate limits (rate_limit.py), re-read whenever the policies change.
+        self.rate_limits = TopicRateLimits(self.policies, lambda: list(self.subscriptions.values()))
+        self.policy_listeners.append(self.rate_limits.apply)
+        # Message deduplication (dedup.py): on or off with the policy, live.
+        self.dedup = Deduplication(name, ml, config or BrokerConfig(), self.policies)
+        self.policy_listeners.append(self.dedup.apply)
+        # Backlog quotas (backlog_quota.py): checked periodically and at producer creation.
+        self.backlog_quota = BacklogQuotaGuard(self)
+        self.policy_listeners.append(self.backlog_quota.apply)
         for cursor in ml.cursors.values():
             # Durable subscriptions come back with their cursor; their type is set by the first
             # consumer that joins (Exclusive until then, as in Pulsar).
             self.subscriptions[cursor.name] = Subscription(name, ml, cursor, c.SUB_EXCLUSIVE)
+            self.rate_limits.attach(self.subscriptions[cursor.name])
 
     # ------------------------------------------------------------------ policies
     def apply_policies(self, eff: EffectivePolicies) -> None:
@@ -104,27 +94,52 @@ class PersistentTopic:
     def add_producer(self, producer: ServerProducer) -> None:
         if self.max_producers is not None and len(self.producers) >= self.max_producers:
             raise ProducerBusy(f"topic {self.name} already has the maximum of {self.max_producers} producers")
+        if any(p.name == producer.name for p in self.producers.values()):  # names are unique, as in Pulsar
+            raise ProducerBusy(f"Producer with name '{producer.name}' is already connected to topic")
         self.producers[(producer.connection_id, producer.producer_id)] = producer
+        self.dedup.producer_added(producer.name)
 
     def remove_producer(self, producer: ServerProducer) -> None:
-        self.producers.pop((producer.connection_id, producer.producer_id), None)
+        if self.producers.pop((producer.connection_id, producer.producer_id), None) is not None:
+            self.dedup.producer_removed(producer.name)
 
-    def publish(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> asyncio.Task[Position]:
-        """Store ``[meta, payload]`` (``entry.encode_entry``) as one entry; the task resolves once it is durable."""
+    def publish(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> asyncio.Future[Position]:
+        """Store ``[meta, payload]`` (``entry.encode_entry``) as one entry; the future resolves once
+        it is durable, or at once with -1:-1 for a duplicate that is not stored (dedup.py)."""
+        ticket = self.dedup.admit(meta) if producer.fenced is None else None
+        if isinstance(ticket, asyncio.Future):
+            if ticket.done() and not ticket.cancelled() and ticket.exception() is not None:
+                # Refused: the client resends from this message on, so nothing after it from this
+                # registration may be stored before that (the same fence as a failed write).
+                producer.fenced = ticket.exception()
+            return ticket
         count = int(meta.get("n", 1))
         producer.msg_in += count
         self.msg_in += count
         self.bytes_in += len(payload)
         entry = encode_entry(meta, payload)
-        return asyncio.get_running_loop().create_task(self._store(producer, entry, count))
+        task = asyncio.get_running_loop().create_task(self._store(producer, entry, count, ticket))
+        if ticket is not None:
+            ticket.future = task
+        return task
 
-    async def _store(self, producer: ServerProducer, entry: bytes, count: int) -> Position:
+    async def _store(self, producer: ServerProducer, entry: bytes, count: int, ticket: Ticket | None) -> Position:
+        dedup = self.dedup
+
+        def refused() -> BaseException | None:
+            return producer.fenced or (dedup.guard(ticket) if ticket is not None else None)
+
         try:
-            return await self.ml.add_entry(entry, precondition=lambda: producer.fenced, messages=count)
+            pos = await self.ml.add_entry(entry, precondition=refused, messages=count)
         except BaseException as exc:
             if producer.fenced is None:
                 producer.fenced = exc
+            if ticket is not None:
+                dedup.failed(ticket)
             raise
+        if ticket is not None:
+            dedup.stored(ticket, pos)
+        return pos
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(
@@ -155,6 +170,7 @@ class PersistentTopic:
             cursor = await self.ml.open_cursor(sub_name, start_at_earliest=earliest)
             sub = self.subscriptions.get(sub_name) or Subscription(self.name, self.ml, cursor, sub_type)
             self.subscriptions[sub_name] = sub
+        self.rate_limits.attach(sub)
         try:
             sub.add_consumer(consumer, sub_type)
         except BaseException:
@@ -182,6 +198,7 @@ class PersistentTopic:
         out_msgs = sum(s.msg_out for s in self.subscriptions.values())
         out_bytes = sum(s.bytes_out for s in self.subscriptions.values())
         self.rate_out.sample(out_msgs, out_bytes)
+        self.rate_limits.publish_rates(self.rate_in.msg_rate, self.rate_in.bytes_rate)
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -192,6 +209,10 @@ class PersistentTopic:
             "msgInCounter": self.msg_in,
             "bytesInCounter": self.bytes_in,
             "msgOutCounter": sum(s.msg_out for s in self.subscriptions.values()),
+            "publishRateLimitedTimes": self.rate_limits.publish.limited_times,
+            **self.dedup.stats(),
+            **self.backlog_quota.stats(),
+            "compaction": compaction_stats(self.compaction),
             "storageSize": self.ml.total_size,
             "entries": self.ml.total_entries,
             "ledgers": [{"ledgerId": lid, "entries": self.ml.entries_in(lid)} for lid in self.ml.ledger_ids],
@@ -203,6 +224,10 @@ class PersistentTopic:
         }
 
     async def close(self) -> None:
+        self.backlog_quota.close()
+        if self.compaction is not None:
+            await self.compaction.close()
         for sub in self.subscriptions.values():
             sub.close()
         await self.ml.close()
+        await self.dedup.close()

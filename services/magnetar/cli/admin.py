@@ -25,6 +25,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from magnetar.cli.admin_compaction import COMPACTION_ACTIONS, add_compaction_verbs, run_compaction_verb
 from magnetar.protocol.topic_name import TopicName
 
 DEFAULT_URL = os.environ.get("MAGNETAR_ADMIN_URL", "http://127.0.0.1:8080")
@@ -170,9 +171,184 @@ def _out(value: Any) -> None:
         print(json.dumps(value, indent=2, sort_keys=True))
 
 
+# Rate-limit verbs, the same for namespaces and topics: ``{get,set,remove}-<what>`` -> REST segment.
+_RATE_VERBS = {
+    "publish-rate": "publishRate",
+    "dispatch-rate": "dispatchRate",
+    "subscription-dispatch-rate": "subscriptionDispatchRate",
+}
+
+
+def add_rate_verbs(group: Any, target: str) -> None:
+    """pulsar-admin's rate verbs and flags (a flag left out is -1: no limit, as pulsar-admin sends)."""
+    for what in _RATE_VERBS:
+        for op in ("get", "remove"):
+            group.add_parser(f"{op}-{what}").add_argument("name", help=target)
+        sp = group.add_parser(f"set-{what}")
+        sp.add_argument("name", help=target)
+        if what == "publish-rate":
+            sp.add_argument("-m", "--msg-publish-rate", type=int, default=-1, help="messages/s (-1: no limit)")
+            sp.add_argument("-b", "--byte-publish-rate", type=int, default=-1, help="bytes/s (-1: no limit)")
+            continue
+        sp.add_argument("-md", "--msg-dispatch-rate", type=int, default=-1, help="messages per period (-1: no limit)")
+        sp.add_argument("-bd", "--byte-dispatch-rate", type=int, default=-1, help="bytes per period (-1: no limit)")
+        sp.add_argument("-dt", "--dispatch-rate-period", type=int, default=1, help="period in seconds (default 1)")
+        sp.add_argument("-rp", "--relative-to-publish-rate", action="store_true", help="limit = publish rate + this")
+
+
+def run_rate_verb(url: str, path: str, args: argparse.Namespace) -> Any:
+    op, _, what = args.action.partition("-")
+    target = f"{path}/{_RATE_VERBS[what]}"
+    if op == "get":
+        return request(url, "GET", target)
+    if op == "remove":
+        return request(url, "DELETE", target)
+    if what == "publish-rate":
+        body = {
+            "publishThrottlingRateInMsg": args.msg_publish_rate,
+            "publishThrottlingRateInByte": args.byte_publish_rate,
+        }
+    else:
+        body = {
+            "dispatchThrottlingRateInMsg": args.msg_dispatch_rate,
+            "dispatchThrottlingRateInByte": args.byte_dispatch_rate,
+            "ratePeriodInSecond": args.dispatch_rate_period,
+            "relativeToPublishRate": args.relative_to_publish_rate,
+        }
+    return request(url, "POST", target, body)
+
+
+# Deduplication verbs, as pulsar-admin's namespaces/topics ones. The enable flag's REST segment
+# differs by level (Pulsar's paths): namespaces/{ns}/deduplication, {topic}/deduplicationEnabled.
+_DEDUP_VERBS = ("deduplication", "deduplication-snapshot-interval")
+_DEDUP_ACTIONS = frozenset(
+    [f"{op}-{what}" for op in ("set", "get", "remove") for what in _DEDUP_VERBS]
+    + ["enable-deduplication", "disable-deduplication"]
+)
+
+
+def add_dedup_verbs(group: Any, target: str, *, topic_level: bool) -> None:
+    for what in _DEDUP_VERBS:
+        for op in ("get", "remove"):
+            group.add_parser(f"{op}-{what}").add_argument("name", help=target)
+    sp = group.add_parser("set-deduplication", help="enable or disable message deduplication")
+    sp.add_argument("name", help=target)
+    on_off = sp.add_mutually_exclusive_group(required=True)
+    on_off.add_argument("-e", "--enable", action="store_true", help="enable message deduplication")
+    on_off.add_argument("-d", "--disable", action="store_true", help="disable message deduplication")
+    sp = group.add_parser("set-deduplication-snapshot-interval", help="seconds between deduplication snapshots")
+    sp.add_argument("name", help=target)
+    sp.add_argument("-i", "--interval", type=int, required=True, help="seconds (0: by entries only)")
+    if topic_level:  # pulsar-admin topics keeps these two (deprecated) verbs as well
+        group.add_parser("enable-deduplication").add_argument("name", help=target)
+        group.add_parser("disable-deduplication").add_argument("name", help=target)
+
+
+def run_dedup_verb(url: str, path: str, args: argparse.Namespace, *, topic_level: bool) -> Any:
+    op, _, what = args.action.partition("-")
+    segment = "deduplicationEnabled" if topic_level else "deduplication"
+    if what == "deduplication-snapshot-interval":
+        segment = "deduplicationSnapshotInterval"
+    target = f"{path}/{segment}"
+    if op == "get":
+        return request(url, "GET", target)
+    if op == "remove":
+        return request(url, "DELETE", target)
+    if what == "deduplication-snapshot-interval":
+        return request(url, "POST", target, args.interval)
+    return request(url, "POST", target, op == "enable" or (op == "set" and bool(args.enable)))
+
+
+# Retention, message TTL and backlog quota verbs, the same for namespaces and topics (pulsar-admin 3.x
+# flags and units: times are relative times, seconds by default; sizes are bytes unless suffixed).
+_RETENTION_ACTIONS = frozenset(
+    f"{op}-{what}" for op in ("set", "get", "remove") for what in ("retention", "message-ttl", "backlog-quota")
+) | {"get-backlog-quotas"}
+_SIZE_UNITS = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def size_bytes(text: str) -> int:
+    """pulsar-admin's size (``4096``, ``10M``, ``16G``, ``3T``; k/m/g/t units); -1 is "no limit"."""
+    text = text.strip()
+    if text == "-1":
+        return -1
+    unit = text[-1].lower() if text and text[-1].isalpha() else ""
+    number = text[:-1] if unit else text
+    if (unit and unit not in _SIZE_UNITS) or not number.isdigit():
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: a number of bytes with an optional unit k, m, g or t")
+    return int(number) * _SIZE_UNITS.get(unit, 1)
+
+
+def time_or_infinite(text: str) -> int:
+    """A relative time in seconds, or -1 (no limit)."""
+    return -1 if text.strip() == "-1" else relative_seconds(text)
+
+
+def add_retention_verbs(group: Any, target: str) -> None:
+    """``{set,get,remove}-retention``, ``-message-ttl``, ``set-/remove-backlog-quota``, ``get-backlog-quotas``."""
+    for verb in ("get-retention", "remove-retention", "get-message-ttl", "remove-message-ttl", "get-backlog-quotas"):
+        group.add_parser(verb).add_argument("name", help=target)
+    sp = group.add_parser("set-retention", help="keep acknowledged messages up to a time and a size")
+    sp.add_argument("name", help=target)
+    sp.add_argument("-t", "--time", type=time_or_infinite, required=True, help="e.g. 100m, 3h, 2d (-1: infinite)")
+    sp.add_argument("-s", "--size", type=size_bytes, required=True, help="e.g. 10M, 16G (-1: infinite)")
+    sp = group.add_parser("set-message-ttl", help="expire unacknowledged messages older than this")
+    sp.add_argument("name", help=target)
+    sp.add_argument("-ttl", "--messageTTL", "--ttl", dest="ttl", type=relative_seconds, required=True)
+    sp = group.add_parser("set-backlog-quota", help="limit the backlog by size or by age")
+    sp.add_argument("name", help=target)
+    sp.add_argument("-l", "--limit", "--limitSize", dest="limit", type=size_bytes, default=-1, help="e.g. 2G")
+    sp.add_argument("-lt", "--limitTime", dest="limit_time", type=time_or_infinite, default=-1, help="e.g. 3600, 1h")
+    sp.add_argument(
+        "-p",
+        "--policy",
+        required=True,
+        choices=["producer_request_hold", "producer_exception", "consumer_backlog_eviction"],
+    )
+    sp.add_argument("-t", "--type", default="destination_storage", choices=["destination_storage", "message_age"])
+    sp = group.add_parser("remove-backlog-quota")
+    sp.add_argument("name", help=target)
+    sp.add_argument("-t", "--type", default="destination_storage", choices=["destination_storage", "message_age"])
+
+
+def run_retention_verb(url: str, path: str, args: argparse.Namespace) -> Any:
+    a = args.action
+    if a == "get-retention":
+        return request(url, "GET", path + "/retention")
+    if a == "remove-retention":
+        return request(url, "DELETE", path + "/retention")
+    if a == "set-retention":
+        minutes = -1 if args.time < 0 else args.time // 60
+        size_mb = -1 if args.size < 0 else args.size // (1024 * 1024)
+        return request(
+            url, "POST", path + "/retention", {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}
+        )
+    if a == "get-message-ttl":
+        return request(url, "GET", path + "/messageTTL")
+    if a == "remove-message-ttl":
+        return request(url, "DELETE", path + "/messageTTL")
+    if a == "set-message-ttl":
+        return request(url, "POST", path + "/messageTTL", args.ttl)
+    if a == "get-backlog-quotas":
+        return request(url, "GET", path + "/backlogQuotaMap")
+    query = f"/backlogQuota?backlogQuotaType={args.type}"
+    if a == "remove-backlog-quota":
+        return request(url, "DELETE", path + query)
+    body = {"limitSize": args.limit, "limitTime": args.limit_time, "policy": args.policy}
+    return request(url, "POST", path + query, body)
+
+
 def run(args: argparse.Namespace) -> Any:
     url = args.admin_url
     g, a = args.group, args.action
+    if a in COMPACTION_ACTIONS:  # cli/admin_compaction.py
+        return run_compaction_verb(
+            url,
+            args,
+            request,
+            lambda name: f"/admin/v2/{TopicName.parse(name).domain}/{_topic_path(name)}",
+            lambda reason: AdminError(0, reason),
+        )
     if g == "bookies":
         if a == "list":
             return request(url, "GET", "/admin/v2/bookies")
@@ -201,6 +377,12 @@ def run(args: argparse.Namespace) -> Any:
         if a == "list":
             return request(url, "GET", f"/admin/v2/namespaces/{args.name}")
         path = f"/admin/v2/namespaces/{args.name}"
+        if a.partition("-")[2] in _RATE_VERBS:
+            return run_rate_verb(url, path, args)
+        if a in _DEDUP_ACTIONS:
+            return run_dedup_verb(url, path, args, topic_level=False)
+        if a in _RETENTION_ACTIONS:
+            return run_retention_verb(url, path, args)
         if a == "create":
             return request(url, "PUT", path)
         if a in ("get", "policies"):
@@ -218,22 +400,20 @@ def run(args: argparse.Namespace) -> Any:
                     "bookkeeperAckQuorum": args.bookkeeper_ack_quorum,
                 },
             )
-        if a == "set-retention":
-            return request(
-                url,
-                "POST",
-                path + "/retention",
-                {"retentionTimeInMinutes": args.time, "retentionSizeInMB": args.size},
-            )
-        if a == "set-message-ttl":
-            return request(url, "POST", path + "/messageTTL", args.ttl)
     if g == "topics":
-        if a == "list":
-            return request(url, "GET", f"/admin/v2/persistent/{args.name}")
+        if a == "list":  # both domains unless --topic-domain says one, as pulsar-admin
+            domains = [args.topic_domain.replace("_", "-")] if args.topic_domain else ["persistent", "non-persistent"]
+            return sorted(name for d in domains for name in request(url, "GET", f"/admin/v2/{d}/{args.name}"))
         if a == "list-partitioned-topics":
             return request(url, "GET", f"/admin/v2/persistent/{args.name}/partitioned")
-        path = f"/admin/v2/persistent/{_topic_path(args.name)}"
+        path = f"/admin/v2/{TopicName.parse(args.name).domain}/{_topic_path(args.name)}"
         force = "?force=true" if getattr(args, "force", False) else ""
+        if a.partition("-")[2] in _RATE_VERBS:
+            return run_rate_verb(url, path, args)
+        if a in _DEDUP_ACTIONS:
+            return run_dedup_verb(url, path, args, topic_level=True)
+        if a in _RETENTION_ACTIONS:
+            return run_retention_verb(url, path, args)
         if a == "create":
             return request(url, "PUT", path)
         if a == "create-partitioned-topic":
@@ -249,7 +429,7 @@ def run(args: argparse.Namespace) -> Any:
         if a == "stats":
             return request(url, "GET", path + "/stats")
         if a == "lookup":
-            return request(url, "GET", f"/lookup/v2/topic/persistent/{_topic_path(args.name)}")
+            return request(url, "GET", f"/lookup/v2/topic/{TopicName.parse(args.name).domain}/{_topic_path(args.name)}")
         if a == "partitioned-stats":
             return request(url, "GET", path + "/partitioned-stats")
         if a == "expire-messages-all-subscriptions":
@@ -307,16 +487,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-e", "--bookkeeper-ensemble", type=int, required=True)
     sp.add_argument("-w", "--bookkeeper-write-quorum", type=int, required=True)
     sp.add_argument("-a", "--bookkeeper-ack-quorum", type=int, required=True)
-    sp = n.add_parser("set-retention")
-    sp.add_argument("name")
-    sp.add_argument("--time", type=int, required=True, help="minutes (-1: infinite)")
-    sp.add_argument("--size", type=int, required=True, help="MB (-1: infinite)")
-    sp = n.add_parser("set-message-ttl")
-    sp.add_argument("name")
-    sp.add_argument("--ttl", type=int, required=True, help="seconds")
 
     tp = groups.add_parser("topics").add_subparsers(dest="action", required=True)
-    tp.add_parser("list").add_argument("name", help="tenant/namespace")
+    sp = tp.add_parser("list")
+    sp.add_argument("name", help="tenant/namespace")
+    sp.add_argument("-td", "--topic-domain", choices=["persistent", "non_persistent"], help="one domain only")
     tp.add_parser("list-partitioned-topics").add_argument("name", help="tenant/namespace")
     for verb in (
         "create",
@@ -358,6 +533,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("name", help="topic name")
     sp.add_argument("-s", "--subscription", required=True)
     sp.add_argument("-n", "--count", type=int, default=1, help="number of messages (default 1)")
+    add_rate_verbs(n, "tenant/namespace")
+    add_rate_verbs(tp, "topic name")
+    add_dedup_verbs(n, "tenant/namespace", topic_level=False)
+    add_dedup_verbs(tp, "topic name", topic_level=True)
+    add_retention_verbs(n, "tenant/namespace")
+    add_retention_verbs(tp, "topic name")
+    add_compaction_verbs(n, tp)
     return p
 
 

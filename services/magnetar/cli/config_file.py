@@ -32,6 +32,20 @@ KEYS: dict[str, dict[str, str]] = {
         "defaultNumberOfNamespaceBundles": "bundles",
         "clusterName": "cluster",
         "isolatedTenant": "isolated_tenant",
+        "brokerDeduplicationEnabled": "broker_deduplication_enabled",
+        "brokerDeduplicationEntriesInterval": "broker_deduplication_entries_interval",
+        "brokerDeduplicationSnapshotIntervalSeconds": "broker_deduplication_snapshot_interval_seconds",
+        "brokerDeduplicationMaxNumberOfProducers": "broker_deduplication_max_number_of_producers",
+        "brokerDeduplicationProducerInactivityTimeoutMinutes": (
+            "broker_deduplication_producer_inactivity_timeout_minutes"
+        ),
+        "messageExpiryCheckIntervalInMinutes": "message_expiry_check_interval_minutes",
+        "retentionCheckIntervalInSeconds": "retention_check_interval_seconds",
+        "backlogQuotaCheckIntervalInSeconds": "backlog_quota_check_interval_seconds",
+        "managedLedgerMaxEntriesPerLedger": "managed_ledger_max_entries_per_ledger",
+        "brokerServiceCompactionMonitorIntervalInSeconds": "broker_service_compaction_monitor_interval_in_seconds",
+        "brokerServiceCompactionThresholdInBytes": "broker_service_compaction_threshold_in_bytes",
+        "topicCompactionRetainNullKey": "topic_compaction_retain_null_key",
     },
     "bookie": {
         "metadataUrl": "metadata_url",

@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 DEFAULT_DATA_DIR = os.environ.get("MAGNETAR_DATA_DIR", "data/standalone")
 
@@ -58,12 +59,88 @@ def _exit_on_session_loss(role: str) -> Callable[[], None]:
     return exit_now
 
 
+def _add_policy_check_flags(parser: argparse.ArgumentParser) -> None:
+    """How often the broker applies message TTL, retention and backlog quotas, and how large a
+    ledger grows before roll-over (Pulsar's broker.conf names, in their units)."""
+    parser.add_argument("--message-expiry-check-interval-minutes", type=float, default=5.0)
+    parser.add_argument("--retention-check-interval-seconds", type=float, default=120.0)
+    parser.add_argument("--backlog-quota-check-interval-seconds", type=float, default=60.0)
+    parser.add_argument("--managed-ledger-max-entries-per-ledger", type=int, default=50_000)
+
+
+def _policy_check_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``BrokerConfig`` keyword arguments from the flags of ``_add_policy_check_flags``."""
+    from magnetar.managed_ledger import ManagedLedgerConfig
+
+    return {
+        "message_expiry_check_interval_minutes": args.message_expiry_check_interval_minutes,
+        "retention_check_interval_seconds": args.retention_check_interval_seconds,
+        "backlog_quota_check_interval_seconds": args.backlog_quota_check_interval_seconds,
+        "managed_ledger": ManagedLedgerConfig(max_entries_per_ledger=args.managed_ledger_max_entries_per_ledger),
+    }
+
+
+def _flag_bool(value: Any) -> bool:
+    """A boolean setting from a flag or a settings file (``true``/``false``, as broker.conf)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def _add_dedup_flags(parser: argparse.ArgumentParser) -> None:
+    """Pulsar's brokerDeduplication* settings (broker/dedup.py)."""
+    parser.add_argument("--broker-deduplication-enabled", type=_flag_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--broker-deduplication-entries-interval", type=int, default=1000)
+    parser.add_argument("--broker-deduplication-snapshot-interval-seconds", type=int, default=120)
+    parser.add_argument("--broker-deduplication-max-number-of-producers", type=int, default=10000)
+    parser.add_argument("--broker-deduplication-producer-inactivity-timeout-minutes", type=int, default=360)
+
+
+def _dedup_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``BrokerConfig`` keyword arguments from the flags of ``_add_dedup_flags``."""
+    names = (
+        "broker_deduplication_enabled",
+        "broker_deduplication_entries_interval",
+        "broker_deduplication_snapshot_interval_seconds",
+        "broker_deduplication_max_number_of_producers",
+        "broker_deduplication_producer_inactivity_timeout_minutes",
+    )
+    return {name: getattr(args, name) for name in names}
+
+
+def _add_compaction_flags(parser: argparse.ArgumentParser) -> None:
+    """Topic compaction settings (broker/compaction/), Pulsar's broker.conf names in their units."""
+    parser.add_argument("--broker-service-compaction-monitor-interval-in-seconds", type=float, default=60.0)
+    parser.add_argument("--broker-service-compaction-threshold-in-bytes", type=int, default=0)
+    parser.add_argument("--topic-compaction-retain-null-key", type=_flag_bool, nargs="?", const=True, default=False)
+
+
+def _compaction_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``BrokerConfig`` keyword arguments from the flags of ``_add_compaction_flags``."""
+    return {
+        "compaction_monitor_interval": args.broker_service_compaction_monitor_interval_in_seconds,
+        "compaction_threshold": args.broker_service_compaction_threshold_in_bytes,
+        "topic_compaction_retain_null_key": args.topic_compaction_retain_null_key,
+    }
+
+
 def cmd_standalone(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
     from magnetar.node.standalone import Standalone, StandaloneConfig
 
     broker = BrokerConfig(
-        host=args.host, port=args.port, web_port=args.web_port, advertised_address=args.advertised_address
+        host=args.host,
+        port=args.port,
+        web_port=args.web_port,
+        advertised_address=args.advertised_address,
+        **_policy_check_settings(args),
+        **_dedup_settings(args),
+        **_compaction_settings(args),
     )
     sa = Standalone(StandaloneConfig(Path(args.data_dir), broker, bookie_port=args.bookie_port))
 
@@ -121,6 +198,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
         default_ensemble_size=args.ensemble_size,
         default_write_quorum=args.write_quorum,
         default_ack_quorum=args.ack_quorum,
+        **_policy_check_settings(args),
+        **_dedup_settings(args),
+        **_compaction_settings(args),
     )
     if args.isolated_tenant:
         logging.getLogger("magnetar").warning(
@@ -164,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--port", type=int, default=6650, help="binary protocol port (0: any free port)")
     sa.add_argument("--web-port", type=int, default=8080, help="admin REST / metrics port (0: any)")
     sa.add_argument("--bookie-port", type=int, default=3181)
+    _add_policy_check_flags(sa)
+    _add_dedup_flags(sa)
+    _add_compaction_flags(sa)
     sa.set_defaults(func=cmd_standalone)
 
     bk = sub.add_parser("bookie", help="run one bookie")
@@ -196,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--ack-quorum", type=int, default=2)
     br.add_argument("--bundles", type=int, default=4, help="bundles per namespace")
     br.add_argument("--cluster", default="local")
+    _add_policy_check_flags(br)
+    _add_dedup_flags(br)
+    _add_compaction_flags(br)
     br.set_defaults(func=cmd_broker, _parser=br)
 
     lc = sub.add_parser("local-cluster", help="etcd + N bookies + M brokers as child processes on loopback")

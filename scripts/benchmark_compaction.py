@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Compaction benchmark: --messages keyed messages over --keys keys, compacted, as medians.
+
+Each run starts a fresh ``magnetar standalone``, publishes --messages messages of 100 bytes
+(batched, as the client batches by default; key ``key-{i % keys}``, so the last --keys messages
+are the survivors), then triggers a compaction through the admin API and measures:
+  - ``seconds``: from the trigger to the status SUCCESS (polled every 20 ms);
+  - ``broker_ms``: the broker's own lastCompactionDurationTimeInMills;
+  - ``compacted_entries``: entries of the compacted ledger (internalStats compactedLedger), and
+    ``compacted_messages``: what a reader with is_read_compacted=True then reads (must be --keys);
+  - ``read_seconds``: how long that reader took.
+The figure is the median over --runs runs.
+
+Usage: scripts/benchmark_compaction.py [--runs 3] [--messages 1000000] [--keys 10000] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark import standalone
+
+from magnetar.client import aio
+
+SIZE = 100
+
+
+def admin(base: str, method: str, path: str) -> Any:
+    req = urllib.request.Request(base + path, method=method)
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        raw = resp.read()
+        return json.loads(raw) if raw.strip() else None
+
+
+async def fill(url: str, topic: str, n: int, keys: int) -> None:
+    async with aio.Client(url) as client:
+        holder = await client.subscribe(topic, "holder", initial_position=aio.InitialPosition.Earliest)
+        await holder.close()  # keeps every ledger until the compaction has read it
+        producer = await client.create_producer(topic, max_pending_messages=20_000)
+        body = b"x" * SIZE
+        receipts = []
+        for i in range(n):
+            receipts.append(await producer.send_async(body, partition_key=f"key-{i % keys}"))
+            if len(receipts) >= 10_000:
+                await asyncio.gather(*receipts)
+                receipts.clear()
+        await asyncio.gather(*receipts)
+        await producer.close()
+
+
+async def read_compacted(url: str, topic: str) -> int:
+    async with aio.Client(url) as client:
+        reader = await client.create_reader(topic, aio.MessageId.earliest, is_read_compacted=True)
+        count = 0
+        while await reader.has_message_available():
+            await reader.read_next(10_000)
+            count += 1
+        await reader.close()
+        return count
+
+
+def one_run(messages: int, keys: int, r: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as svc:
+        topic = f"persistent://public/default/bench-compaction-{r}"
+        path = "/admin/v2/persistent/public/default/" + topic.rsplit("/", 1)[1]
+        t0 = time.monotonic()
+        asyncio.run(fill(svc.url, topic, messages, keys))
+        fill_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        admin(svc.admin, "PUT", path + "/compaction")
+        while (status := admin(svc.admin, "GET", path + "/compaction"))["status"] == "RUNNING":
+            time.sleep(0.02)
+        seconds = time.monotonic() - t0
+        if status["status"] != "SUCCESS":
+            raise SystemExit(f"compaction failed: {status}")
+        stats = admin(svc.admin, "GET", path + "/stats")
+        internal = admin(svc.admin, "GET", path + "/internalStats")
+        t0 = time.monotonic()
+        read = asyncio.run(read_compacted(svc.url, topic))
+        return {
+            "fill_seconds": fill_s,
+            "topic_entries": internal["numberOfEntries"],
+            "seconds": seconds,
+            "broker_ms": stats["compaction"]["lastCompactionDurationTimeInMills"],
+            "removed": stats["compaction"]["lastCompactionRemovedEventCount"],
+            "compacted_entries": internal["compactedLedger"]["entries"],
+            "compacted_messages": read,
+            "read_seconds": time.monotonic() - t0,
+        }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=10_000)
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args()
+    runs = []
+    for r in range(args.runs):
+        row = one_run(args.messages, args.keys, r)
+        print(f"run {r + 1}: {json.dumps(row)}", flush=True)
+        runs.append(row)
+    summary = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
+    summary.update({"messages": args.messages, "keys": args.keys, "runs": args.runs})
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""Admin REST routes of compaction, on Pulsar's paths.
+
+``PUT .../{topic}/compaction`` starts one (204; 409 "Compaction already in progress"),
+``GET .../{topic}/compaction`` answers Pulsar's LongRunningProcessStatus
+(``{"status": "NOT_RUN" | "RUNNING" | "SUCCESS" | "ERROR", "lastError": ""}``), and
+``GET .../{topic}/internalStats`` Pulsar's PersistentTopicInternalStats, whose
+``compactedLedger`` names the compacted ledger. In a cluster each runs on the topic's owner
+(the request is forwarded there). On a partitioned topic, as in Pulsar, use its partitions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from magnetar.broker.compaction.controller import CompactedTopic, TopicCompaction
+from magnetar.protocol.errors import TopicNotFound
+
+BASE = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
+
+
+def add_compaction_routes(app: web.Application, admin: Any) -> None:
+    """Register before the ``.../{topic}/{policy}`` catch-all. ``admin`` is the ``admin.AdminServer``
+    (its topic parsing and forwarding to the owner; untyped here to keep the modules acyclic)."""
+
+    async def topic_of(request: web.Request) -> tuple[CompactedTopic | None, web.StreamResponse | None]:
+        name = admin._topic(request)
+        if not await admin.service.resources.topic_exists(name):
+            raise TopicNotFound(f"Topic {name} not found")
+        forwarded = await admin._forward(request, name)
+        if forwarded is not None:
+            return None, forwarded
+        return await admin.service.get_topic(name, create=False), None
+
+    def compaction_of(topic: CompactedTopic) -> TopicCompaction:
+        comp = topic.compaction
+        if comp is None:
+            raise TopicNotFound(f"topic {topic.name} has no compaction")
+        return comp
+
+    async def trigger(request: web.Request) -> web.StreamResponse:
+        topic, forwarded = await topic_of(request)
+        if forwarded is not None:
+            return forwarded
+        assert topic is not None
+        compaction_of(topic).trigger()
+        return web.Response(status=204)
+
+    async def status(request: web.Request) -> web.StreamResponse:
+        topic, forwarded = await topic_of(request)
+        if forwarded is not None:
+            return forwarded
+        assert topic is not None
+        return web.json_response(compaction_of(topic).status_doc())
+
+    async def internal_stats(request: web.Request) -> web.StreamResponse:
+        topic, forwarded = await topic_of(request)
+        if forwarded is not None:
+            return forwarded
+        assert topic is not None
+        return web.json_response(internal_stats_of(topic))
+
+    app.router.add_put(BASE + "/compaction", trigger)
+    app.router.add_get(BASE + "/compaction", status)
+    app.router.add_get(BASE + "/internalStats", internal_stats)
+
+
+def internal_stats_of(topic: CompactedTopic) -> dict[str, Any]:
+    """The parts of Pulsar's PersistentTopicInternalStats this broker knows."""
+    ml = topic.ml
+    return {
+        "entriesAddedCounter": ml.total_entries,
+        "numberOfEntries": ml.total_entries,
+        "totalSize": ml.total_size,
+        "lastConfirmedEntry": str(ml.last_confirmed),
+        "ledgers": [{"ledgerId": lid, "entries": ml.entries_in(lid)} for lid in ml.ledger_ids],
+        "cursors": {
+            name: {"markDeletePosition": str(cur.mark_delete), "readPosition": str(cur.read_position)}
+            for name, cur in ml.cursors.items()
+        },
+        "compactedLedger": topic.compaction.compacted_ledger_stats()
+        if topic.compaction is not None
+        else TopicCompaction.never_compacted(),
+    }
