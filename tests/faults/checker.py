@@ -20,6 +20,10 @@ Counts:
 - **unexpected**: values read that no producer ever attempted.
 - **failed_read**: values whose send failed *definitely* but which were read anyway.
 - **recovered**: ``unknown`` sends that turned out to be stored (informational).
+- **deduplicated**: ``ok`` sends acknowledged with id -1:-1, a resend the broker recognised as a
+  duplicate and did not store again (informational): such a value must still be read, exactly
+  once, at the position its first copy went to, so it counts in lost and duplicated like any other,
+  but its -1:-1 is no position and takes no part in the inconsistency check.
 
 A run is valid when lost, inconsistent, reordered, unexpected and failed_read are all zero.
 
@@ -104,6 +108,7 @@ class CheckResult:
     unexpected: int = 0
     failed_read: int = 0
     recovered: int = 0
+    deduplicated: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -146,6 +151,9 @@ def check(ops: Iterable[Op], reads: Sequence[Read]) -> CheckResult:
     at: dict[Position, set[str]] = defaultdict(set)
     for op in by_value.values():
         if op.status == OK and op.pos is not None:
+            if op.pos[0] < 0:  # -1:-1: acknowledged as a duplicate of a copy stored before
+                res.deduplicated += 1
+                continue
             at[op.pos].add(op.value)
     positions_of: dict[str, set[Position | None]] = defaultdict(set)
     reads_of: dict[str, int] = defaultdict(int)

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -109,6 +110,22 @@ async def wait_new_owner(cluster: LocalCluster, topic: str, old: Proc, *, within
     return await eventually(moved, within=within, what=f"{topic} owned by a broker other than {old.name}")
 
 
+async def enable_dedup(cluster: LocalCluster, namespace: str = "public/default") -> None:
+    """Turn message deduplication on for ``namespace`` (before the workload loads its topic)."""
+
+    def post() -> None:
+        req = urllib.request.Request(
+            f"{cluster.admin_urls[0]}/admin/v2/namespaces/{namespace}/deduplication",
+            data=b"true",
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 204, resp.status
+
+    await in_thread(post)
+
+
 def acks_in_ledger(wl: QueueWorkload, ledger_id: int) -> list[int]:
     """Entry ids of every acknowledged send in ``ledger_id``."""
     return [op.pos[1] for op in wl.ops if op.status == "ok" and op.pos is not None and op.pos[0] == ledger_id]
@@ -129,7 +146,7 @@ async def acks_beyond_close(cluster: LocalCluster, wl: QueueWorkload) -> list[st
     producer "stored" for an entry recovery (or the close) left out. Must always be empty."""
     by_ledger: dict[int, list[Any]] = {}
     for op in wl.ops:
-        if op.status == "ok" and op.pos is not None:
+        if op.status == "ok" and op.pos is not None and op.pos[0] >= 0:  # not a -1:-1 duplicate
             by_ledger.setdefault(op.pos[0], []).append(op)
     bad: list[str] = []
     async with cluster.metadata() as md:
@@ -151,7 +168,7 @@ async def first_ack_outside(wl: QueueWorkload, *, after: float, ledgers: set[int
         fresh = [
             op
             for op in wl.acked_after(after)
-            if op.pos is not None and op.pos[0] not in ledgers and op.t_complete is not None
+            if op.pos is not None and op.pos[0] >= 0 and op.pos[0] not in ledgers and op.t_complete is not None
         ]
         if fresh:
             return min(fresh, key=lambda op: op.t_complete or 0.0)

@@ -1,4 +1,10 @@
-"""Losing the broker that owns the topic: kill -9 (c), and a pause past its lease (d)."""
+"""Losing the broker that owns the topic: kill -9 (c), and a pause past its lease (d).
+
+Both run with message deduplication on and must store no duplicate: a batch the old owner stored
+but never acknowledged is resent by the client to the new owner, which knows its sequence ids (the
+snapshot plus the replay of the log) and acknowledges it with -1:-1 instead of storing it again.
+Scenario c also runs with deduplication off, to show what it prevents (duplicates allowed there).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import time
 import pytest
 from tests.faults.nemesis import (
     acks_beyond_close,
+    enable_dedup,
     finish,
     first_ack_outside,
     in_flight_at,
@@ -21,8 +28,13 @@ from tests.support.cluster import LocalCluster
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]
 
 
-async def test_kill9_of_the_owning_broker_fails_over_and_loses_nothing(cluster: LocalCluster, topic: str) -> None:
-    wl = QueueWorkload(cluster.service_url, topic)
+@pytest.mark.parametrize("dedup", [True, False], ids=["dedup", "no-dedup"])
+async def test_kill9_of_the_owning_broker_fails_over_and_loses_nothing(
+    cluster: LocalCluster, topic: str, dedup: bool
+) -> None:
+    if dedup:
+        await enable_dedup(cluster)
+    wl = QueueWorkload(cluster.service_url, topic, dedup=dedup)
     await wl.prepare()
     await wl.start()
     await wl.wait_acked(300, within=60)
@@ -44,6 +56,7 @@ async def test_kill9_of_the_owning_broker_fails_over_and_loses_nothing(cluster: 
         cluster,
         wl,
         "c-kill9-owning-broker",
+        dedup=dedup,
         killed=owner.name,
         new_owner=new_owner.name,
         lease_ttl_s=ttl,
@@ -56,12 +69,15 @@ async def test_kill9_of_the_owning_broker_fails_over_and_loses_nothing(cluster: 
     assert res.valid, res.summary()
     assert not beyond, beyond
     assert new_owner is not owner
+    if dedup:
+        assert res.duplicated == 0, res.summary()
 
 
 async def test_a_paused_owner_loses_its_lease_and_acknowledges_nothing_after_the_takeover(
     cluster: LocalCluster, topic: str
 ) -> None:
-    wl = QueueWorkload(cluster.service_url, topic)
+    await enable_dedup(cluster)
+    wl = QueueWorkload(cluster.service_url, topic, dedup=True)
     await wl.prepare()
     await wl.start()
     await wl.wait_acked(300, within=60)
@@ -93,6 +109,7 @@ async def test_a_paused_owner_loses_its_lease_and_acknowledges_nothing_after_the
         cluster,
         wl,
         "d-sigstop-owner-past-lease",
+        dedup=True,
         paused=owner.name,
         lease_ttl_s=ttl,
         new_owner=new_owner.name,
@@ -107,3 +124,4 @@ async def test_a_paused_owner_loses_its_lease_and_acknowledges_nothing_after_the
     assert not beyond, beyond
     assert not late_via_old, [(op.value, op.pos) for op in late_via_old[:5]]
     assert code == 3, f"the paused owner should exit with 3 after SIGCONT, got {code}"
+    assert res.duplicated == 0, res.summary()

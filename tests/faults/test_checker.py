@@ -148,3 +148,18 @@ def test_delivery_of_a_complete_live_run_is_valid() -> None:
     res = delivery(ops, reads, {o.value for o in ops})
     assert res.valid, res.summary()
     assert res.lateness_ms == {} and res.acked_live == 3
+
+
+def test_a_deduplicated_resend_acknowledged_minus_one_is_valid_when_read_once() -> None:
+    # The broker stored p0-1 at 1:1, the receipt was lost, the resend was acknowledged -1:-1.
+    ops = [op(0, 0, pos=position(1, 0)), op(0, 1, pos=position(-1, -1)), op(0, 2, pos=position(-1, -1, 3))]
+    reads = [rd(0, 0), rd(0, 1), rd(0, 2)]
+    res = check(ops, reads)
+    assert res.valid, res.summary()
+    assert (res.deduplicated, res.duplicated, res.inconsistent, res.lost) == (2, 0, 0, 0)
+
+
+def test_a_deduplicated_value_must_still_be_read_exactly_once() -> None:
+    ops = [op(0, 0, pos=position(-1, -1)), op(0, 1, pos=position(-1, -1))]
+    res = check(ops, [rd(0, 0), rd(0, 0, entry=7)])  # p0-0 stored twice, p0-1 never
+    assert (res.duplicated, res.lost) == (1, 1) and not res.valid

@@ -25,6 +25,11 @@ running until they acknowledged every value acknowledged to a producer (bounded)
 A producer whose client gives up (a closed producer, a failed creation) is created again with
 backoff, so the workload keeps going even if the client's own reconnection does not cover a case;
 that is noted in ``events``.
+
+``dedup=True`` is for topics with message deduplication on: each producer then has a fixed name
+(``producer_names``), kept when it is created again, so that the broker recognises its resends and
+the new producer continues from the broker's last sequence id. A resend recognised as a duplicate
+is acknowledged with id -1:-1 (as Pulsar does); its value is stored once, where the first copy went.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import logging
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -109,8 +115,12 @@ class QueueWorkload:
         nack_every: int = 0,
         nack_delay_ms: int = 200,
         delay_ms: tuple[int, int] | None = None,
+        dedup: bool = False,
     ) -> None:
         self.service_url = service_url
+        self.dedup = dedup
+        run = uuid.uuid4().hex[:8]
+        self.producer_names = [f"faults-{run}-p{i}" for i in range(producers)] if dedup else None
         self.topic = topic
         self.n_producers = producers
         self.interval = 1.0 / rate if rate > 0 else 0.0
@@ -173,7 +183,12 @@ class QueueWorkload:
                 await asyncio.wait_for(self._ok_changed.wait(), min(remaining, 0.5))
 
     def last_ok(self) -> Op | None:
-        done = [op for op in self.ops if op.status == OK and op.t_complete is not None]
+        """The latest acknowledged send that names a position (a deduplicated one says -1:-1)."""
+        done = [
+            op
+            for op in self.ops
+            if op.status == OK and op.t_complete is not None and op.pos is not None and op.pos[0] >= 0
+        ]
         return max(done, key=lambda op: op.t_complete or 0.0) if done else None
 
     # ------------------------------------------------------------------ lifecycle
@@ -271,10 +286,11 @@ class QueueWorkload:
 
     # ------------------------------------------------------------------ producers
 
-    async def _create_producer(self, client: mg.Client) -> Any:
+    async def _create_producer(self, client: mg.Client, pid: int = 0) -> Any:
         return await asyncio.wait_for(
             client.create_producer(
                 self.topic,
+                producer_name=self.producer_names[pid] if self.producer_names else None,
                 send_timeout_millis=self.send_timeout_ms,
                 batching_max_publish_delay_ms=self.batching_delay_ms,
                 max_pending_messages=2000,
@@ -292,7 +308,7 @@ class QueueWorkload:
         while not self._stopping:
             if producer is None:
                 try:
-                    producer = await self._create_producer(client)
+                    producer = await self._create_producer(client, pid)
                     backoff = 0.1
                     ready.set()
                 except (MagnetarError, TimeoutError, OSError) as exc:
