@@ -149,6 +149,24 @@ def test_peek_returns_the_nth_unacknowledged_message_with_pulsar_headers(
     assert peek(standalone.admin_url, sub_path(topic, "s") + "/position/4")[0] == 404
 
 
+def test_peek_returns_a_chunk_of_a_chunked_message_raw(standalone: StandaloneProcess, topic: str) -> None:
+    """A chunk (WIRE.md R41a) is a slice of the whole message's payload that no record decodes on
+    its own: peek returns it raw, one chunk per position, as Pulsar does."""
+    import magnetar
+
+    with magnetar.Client(standalone.service_url) as client:
+        client.subscribe(topic, "s", initial_position=magnetar.InitialPosition.Earliest).close()
+        producer = client.create_producer(topic, chunking_enabled=True)
+        msg_id = producer.send(bytes(range(256)) * (6 * 1024 * 4))  # 6 MiB: two chunks
+    assert msg_id.first_chunk is not None
+    first = peek(standalone.admin_url, sub_path(topic, "s") + "/position/1")
+    assert first[0] == 200 and len(first[2]) > 1024 * 1024
+    assert first[1]["x-pulsar-message-id"] == "{}:{}".format(*msg_id.first_chunk)
+    last = peek(standalone.admin_url, sub_path(topic, "s") + "/position/2")
+    assert last[0] == 200 and last[1]["x-pulsar-message-id"] == f"{msg_id.ledger_id}:{msg_id.entry_id}"
+    assert peek(standalone.admin_url, sub_path(topic, "s") + "/position/3")[0] == 404
+
+
 def test_partitioned_topics_take_the_verbs_pulsar_allows(standalone: StandaloneProcess, topic: str) -> None:
     path = topic.removeprefix("persistent://")
     assert call(standalone, "PUT", f"/admin/v2/persistent/{path}/partitions", 2)[0] == 204

@@ -215,6 +215,13 @@ async def _message_of(ml: ManagedLedger, pos: Position, k: int, done: frozenset[
     if not got or got[0][0] != pos:
         raise NotFound("Message not found")
     meta, payload = decode_entry(got[0][1])
+    if int(meta.get("cn", 1)) > 1:
+        # One chunk of a chunked message (WIRE.md R41a): a slice of the whole message's payload,
+        # which no record decodes on its own. Peeked raw, as Pulsar returns chunks.
+        if k > 1:
+            raise NotFound("Message not found")
+        key = meta.get("k")
+        return PeekedMessage(pos, -1, meta, bytes(payload), {}, key, 0, int(meta.get("seq", 0)))
     records = decode_batch(meta, payload)
     live = [i for i in range(len(records)) if i not in done]
     if k > len(live):
