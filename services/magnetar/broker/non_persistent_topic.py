@@ -161,17 +161,7 @@ class NonPersistentSubscription:
             "unackedMessages": 0,
             "isDurable": self.durable,
             "activeConsumerName": active.name if active is not None else None,
-            "consumers": [
-                {
-                    "consumerName": cons.name,
-                    "availablePermits": cons.permits,
-                    "unackedMessages": 0,
-                    "msgOutCounter": cons.msg_out,
-                    "priorityLevel": cons.priority_level,
-                    **dispatcher.consumer_stats(cons),
-                }
-                for cons in dispatcher.consumers
-            ],
+            "consumers": dispatcher.consumers_stats(track_unacked=False),
         }
         if isinstance(dispatcher, KeySharedDispatcher):
             out["keySharedMode"] = dispatcher.mode

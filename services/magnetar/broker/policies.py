@@ -55,21 +55,7 @@ FIELDS = (
     "max_consumers_per_topic",
     "compaction_threshold",
 )
-ENFORCED = frozenset(
-    {
-        *RATE_FIELDS,
-        "persistence",
-        "retention_policies",
-        "message_ttl_in_seconds",
-        "backlog_quota_map",
-        "deduplicationEnabled",
-        "deduplicationSnapshotIntervalSeconds",
-        "max_producers_per_topic",
-        "max_consumers_per_topic",
-        "compaction_threshold",
-    }
-)
-BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
+ENFORCED = frozenset(FIELDS)  # every stored field is acted on today
 
 
 def _int(value: Any, name: str, minimum: int) -> int:

@@ -638,17 +638,7 @@ class Subscription:
             **self.expiry.stats(),
             "activeConsumerName": active.name if active is not None else None,
             "consumersAfterMarkDeletePosition": {cons.name: str(pos) for cons, pos in self.recently_joined.items()},
-            "consumers": [
-                {
-                    "consumerName": cons.name,
-                    "availablePermits": cons.permits,
-                    "unackedMessages": cons.unacked_messages,
-                    "msgOutCounter": cons.msg_out,
-                    "priorityLevel": cons.priority_level,
-                    **dispatcher.consumer_stats(cons),
-                }
-                for cons in dispatcher.consumers
-            ],
+            "consumers": dispatcher.consumers_stats(),
         }
         if isinstance(dispatcher, KeySharedDispatcher):
             out["keySharedMode"] = dispatcher.mode

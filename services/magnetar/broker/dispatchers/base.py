@@ -54,3 +54,18 @@ class Dispatcher(ABC):
     def consumer_stats(self, consumer: ServerConsumer) -> dict[str, object]:
         """Type-specific fields of a consumer's stats."""
         return {}
+
+    def consumers_stats(self, *, track_unacked: bool = True) -> list[dict[str, object]]:
+        """Pulsar's ``consumers`` list of subscription stats (``track_unacked`` False: a
+        non-persistent subscription, which keeps no unacknowledged messages)."""
+        return [
+            {
+                "consumerName": cons.name,
+                "availablePermits": cons.permits,
+                "unackedMessages": cons.unacked_messages if track_unacked else 0,
+                "msgOutCounter": cons.msg_out,
+                "priorityLevel": cons.priority_level,
+                **self.consumer_stats(cons),
+            }
+            for cons in self.consumers
+        ]
