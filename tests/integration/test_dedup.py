@@ -330,3 +330,146 @@ def test_owner_kill9_mid_stream_then_a_resend_through_the_new_owner(cluster: Loc
         print(f"DEDUP cluster: {total} sent, {deduplicated_in_stream} answered -1:-1 during the failover")
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------------------------------------- trimming
+
+
+def _ledgers(sa: StandaloneProcess, topic: str) -> list[int]:
+    status, body = call(sa, "GET", f"/admin/v2/persistent/{_topic_path(topic)}/internalStats")
+    assert status == 200, body
+    return [int(x["ledgerId"]) for x in body["ledgers"]]
+
+
+def _mark_delete(sa: StandaloneProcess, topic: str, sub: str) -> str | None:
+    status, body = call(sa, "GET", f"/admin/v2/persistent/{_topic_path(topic)}/internalStats")
+    assert status == 200, body
+    cursor = body["cursors"].get(sub)
+    return None if cursor is None else str(cursor["markDeletePosition"])
+
+
+def _poll(what: str, predicate: Callable[[], Any], within: float = 30.0) -> Any:
+    deadline = time.monotonic() + within
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out after {within} s waiting for {what}"
+        time.sleep(0.05)  # polling interval
+    return value
+
+
+def _produce_and_ack(
+    sa: StandaloneProcess, client: magnetar.Client, topic: str, sends: list[tuple[Any, bytes]]
+) -> list[magnetar.MessageId]:
+    """Send each (producer, body) as one entry, receive and acknowledge them all on the
+    subscription ``acked``, and wait until its mark-delete position is the last of them: nothing is
+    left for a consumer, so only retention (0 here) or a feature can keep the ledgers."""
+    consumer = client.subscribe(topic, "acked", initial_position=magnetar.InitialPosition.Earliest)
+    try:
+        ids = [producer.send(body) for producer, body in sends]
+        for _, body in sends:
+            msg = consumer.receive(timeout_millis=10_000)
+            assert msg.data() == body
+            consumer.acknowledge(msg)
+    finally:
+        consumer.close()
+    last = f"{ids[-1].ledger_id}:{ids[-1].entry_id}"
+    _poll(f"the acknowledgements on {topic}", lambda: _mark_delete(sa, topic, "acked") == last)
+    return ids
+
+
+@pytest.mark.durability
+@pytest.mark.timeout(180)
+def test_deduplication_holds_back_trimming_until_its_next_snapshot(tmp_path: Path) -> None:
+    """Ledgers of 10 entries, no snapshot by count or time during the test: what was written after
+    the snapshot stays although a subscription acknowledged it (a topic without deduplication, for
+    contrast, loses its consumed ledgers); the snapshot written when the topic is unloaded lets
+    them go; and the ledgers kept after it are what the replay after a kill -9 reads, so a resend
+    of the last ids stores nothing."""
+    flags = (
+        "--broker-deduplication-enabled",
+        "--managed-ledger-max-entries-per-ledger",
+        "10",
+        "--broker-deduplication-entries-interval",
+        "1000000",
+        "--broker-deduplication-snapshot-interval-seconds",
+        "3600",
+        "--retention-check-interval-seconds",
+        "0.2",
+    )
+    topic = f"persistent://public/default/dedup-trim-{uuid.uuid4().hex[:8]}"
+    with run_standalone(tmp_path, *flags) as sa:
+        call(sa, "PUT", "/admin/v2/tenants/dedup", {})
+        ns = f"dedup/off-{uuid.uuid4().hex[:8]}"
+        assert call(sa, "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
+        assert call(sa, "POST", f"/admin/v2/namespaces/{ns}/deduplication", False)[0] == 204
+        control = f"persistent://{ns}/control"
+
+        # 1. Deduplication on: its first snapshot is at the start, so nothing after it may go.
+        client = magnetar.Client(sa.service_url)
+        producer = client.create_producer(topic, producer_name="keep", batching_enabled=False)
+        first = _poll("the first snapshot", lambda: _snapshot(sa, topic))
+        assert first["producers"] == {}
+        plain = client.create_producer(control, producer_name="keep", batching_enabled=False)
+        assert _stats(sa, control)["deduplicationStatus"] == "Disabled"
+        ids = _produce_and_ack(sa, client, topic, [(producer, b"d%d" % i) for i in range(35)])
+        ctl = _produce_and_ack(sa, client, control, [(plain, b"c%d" % i) for i in range(35)])
+        written = sorted({m.ledger_id for m in ids})
+        assert len(written) == 4  # 10 + 10 + 10 + 5 entries
+        # The control topic trims its three consumed ledgers (after the acks, at roll-over and on
+        # the retention check every 0.2 s) ...
+        ctl_full = sorted({m.ledger_id for m in ctl})[:3]
+        _poll("the control topic's trimming", lambda: not set(ctl_full) & set(_ledgers(sa, control)))
+        # ... the deduplicated one, acknowledged earlier, keeps every ledger after its snapshot.
+        assert set(written) <= set(_ledgers(sa, topic)), "ledgers after the snapshot were trimmed"
+        assert _snapshot(sa, topic) == first
+        assert tuple(first["position"]) < (ids[0].ledger_id, ids[0].entry_id)
+        client.close()
+
+        # 2. Unloading the topic (the graceful stop unloads every topic) takes a snapshot at the
+        # last entry: now the consumed ledgers go.
+        sa.stop()
+        snap = _snapshot(sa, topic)
+        assert snap is not None
+        assert snap == {"position": [ids[-1].ledger_id, ids[-1].entry_id], "producers": {"keep": 34}}
+        sa.start()
+        client = magnetar.Client(sa.service_url)
+        producer = client.create_producer(topic, producer_name="keep", batching_enabled=False)
+        assert producer.last_sequence_id() == 34
+        _poll("trimming after the snapshot", lambda: not set(written) & set(_ledgers(sa, topic)))
+
+        # 3. 20 more of "keep" (sequence ids 35..54, two full ledgers) and 5 of another producer
+        # (in the next ledger), acknowledged: kept again, the snapshot is behind them.
+        filler = client.create_producer(topic, producer_name="filler", batching_enabled=False)
+        sends = [(producer, b"d%d" % i) for i in range(35, 55)] + [(filler, b"f%d" % i) for i in range(5)]
+        ids = _produce_and_ack(sa, client, topic, sends)
+        kept = sorted({m.ledger_id for m in ids[:20]})
+        assert len(kept) == 2 and ids[20].ledger_id > kept[-1]
+        plain = client.create_producer(control, producer_name="keep", batching_enabled=False)
+        ctl = _produce_and_ack(sa, client, control, [(plain, b"c%d" % i) for i in range(35, 60)])
+        ctl_full = sorted({m.ledger_id for m in ctl})[:2]
+        _poll("the control topic's trimming", lambda: not set(ctl_full) & set(_ledgers(sa, control)))
+        assert set(kept) <= set(_ledgers(sa, topic)), "ledgers after the snapshot were trimmed"
+        assert _snapshot(sa, topic) == snap
+
+        # 4. kill -9: the restarted broker replays those 25 entries. "keep"'s ids are only in the
+        # two ledgers kept for the replay, so its resend of the last ten stores nothing.
+        sa.kill9()
+        client.close()
+        sa.start()
+        client = magnetar.Client(sa.service_url)
+        try:
+            again = client.create_producer(topic, producer_name="keep", batching_enabled=False)
+            assert again.last_sequence_id() == 54
+            resent = [again.send(b"d%d" % i, sequence_id=i) for i in range(45, 55)]
+            assert [(m.ledger_id, m.entry_id) for m in resent] == [(-1, -1)] * 10
+            assert again.send(b"d55", sequence_id=55).ledger_id >= 0
+            assert _stats(sa, topic)["msgInCounter"] == 1  # only d55 was stored since the restart
+            consumer = client.subscribe(topic, "acked")
+            assert consumer.receive(timeout_millis=10_000).data() == b"d55"  # not a resent one first
+            consumer.close()
+            log = sa.log_path.read_text(errors="replace")
+            local = re.escape(topic.rsplit("/", 1)[1])
+            pattern = rf"deduplication of \S*{local} enabled: (\d+) producers from the snapshot at (\S+), (\d+) entries"
+            recovered = re.findall(pattern, log)
+            assert recovered[-1] == ("2", f"{snap['position'][0]}:{snap['position'][1]}", "25")
+        finally:
+            client.close()

@@ -209,6 +209,14 @@ class Deduplication:
         self._deposed = False
         self._last_pos = last
         self._since_snapshot = 0
+        if found is None:
+            # The first snapshot is stored before anything is accepted: until it exists a crash
+            # would leave the next owner nothing to replay from (Pulsar likewise creates its
+            # dedup cursor before deduplication is enabled).
+            self._wanted = (last, self._capped())
+            await self._write_snapshots()
+            if self._version != MUST_NOT_EXIST:
+                self._snapshot_at = last
         self.status = ENABLED
         log.info(
             "deduplication of %s enabled: %d producers from %s, %d entries replayed",
@@ -219,7 +227,7 @@ class Deduplication:
         )
         # A first snapshot right away (there is none yet, or the replay was long): it is what
         # holds back trimming and what the next load starts from.
-        if found is None or replayed:
+        if replayed or self._snapshot_at is None:
             self._request_snapshot(last)
         self._arm_timer()
 
