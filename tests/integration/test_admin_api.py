@@ -194,3 +194,24 @@ def test_max_producers_and_consumers_per_topic_are_enforced(standalone: Standalo
         assert "maximum of 1 consumers" in str(consumer_error.value)
     finally:
         client.close()
+
+
+def test_unload_closes_the_topic_and_clients_carry_on(standalone: StandaloneProcess) -> None:
+    """Pulsar's ``topics unload``: the topic is closed (its ledger sealed) and loaded again by the
+    clients' reconnection, with nothing lost."""
+    name = "persistent://public/default/unload-me"
+    client = magnetar.Client(standalone.service_url)
+    try:
+        consumer = client.subscribe(name, "s")
+        producer = client.create_producer(name)
+        producer.send(b"before")
+        ledgers_before = call(standalone, "GET", "/admin/v2/persistent/public/default/unload-me/stats")[1]["ledgers"]
+        assert admin_main(["--admin-url", standalone.admin_url, "topics", "unload", name]) == 0
+        producer.send(b"after")  # the producer re-attaches to the reloaded topic
+        got = [consumer.receive(timeout_millis=10_000).data() for _ in range(2)]
+        assert got == [b"before", b"after"]
+        stats = call(standalone, "GET", "/admin/v2/persistent/public/default/unload-me/stats")[1]
+        assert len(stats["ledgers"]) == len(ledgers_before) + 1  # sealed on unload, a new one on load
+        assert call(standalone, "PUT", "/admin/v2/persistent/public/default/nope/unload")[0] == 404
+    finally:
+        client.close()

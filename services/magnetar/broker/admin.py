@@ -193,6 +193,7 @@ class AdminServer:
         r.add_post(base + "/{topic}/partitions", self.update_partitions)
         r.add_delete(base + "/{topic}/partitions", self.delete_partitioned)
         r.add_get(base + "/{topic}/stats", self.topic_stats)
+        r.add_put(base + "/{topic}/unload", self.unload_topic)
         sub = base + "/{topic}/subscription/{sub}"
         r.add_post(sub + "/resetcursor/{timestamp}", self.reset_cursor_to_time)
         r.add_post(sub + "/resetcursor", self.reset_cursor_to_message_id)
@@ -456,6 +457,23 @@ class AdminServer:
             return forwarded
         topic = await self.service.get_topic(name, create=False)
         return web.json_response(topic.stats())
+
+    async def unload_topic(self, request: web.Request) -> web.StreamResponse:
+        """Pulsar's ``topics unload``: close the topic on its owner (every partition of a
+        partitioned topic). Its managed ledger is closed cleanly, per-topic state is written
+        (deduplication snapshot), and clients reconnect and load it again."""
+        name = self._topic(request)
+        partitions = await self.service.resources.partitions(name)
+        targets = [name.partition(i) for i in range(partitions)] if partitions else [name]
+        if not partitions and not await self.service.resources.topic_exists(name):
+            raise TopicNotFound(f"topic {name} does not exist")
+        for target in targets:
+            remote = await self._call_owner(target, "PUT", f"/admin/v2/persistent/{target.path}/unload")
+            if remote is not None:
+                self._raise_for(remote)
+                continue
+            await self.service.unload_topic(str(target))
+        return web.Response(status=204)
 
     async def partitioned_stats(self, request: web.Request) -> web.StreamResponse:
         name = self._topic(request)

@@ -428,6 +428,8 @@ def run(args: argparse.Namespace) -> Any:
             return request(url, "DELETE", path + "/partitions" + force)
         if a == "stats":
             return request(url, "GET", path + "/stats")
+        if a == "unload":
+            return request(url, "PUT", path + "/unload")
         if a == "lookup":
             return request(url, "GET", f"/lookup/v2/topic/{TopicName.parse(args.name).domain}/{_topic_path(args.name)}")
         if a == "partitioned-stats":
@@ -497,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
         "create",
         "delete",
         "stats",
+        "unload",
         "lookup",
         "partitioned-stats",
         "get-partitioned-topic-metadata",
