@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -28,7 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +126,42 @@ class Service:
 def standalone(data_dir: Path) -> Service:
     argv = ["standalone", "--data-dir", str(data_dir), "--port", "0", "--web-port", "0", "--bookie-port", "0"]
     return Service(argv, "standalone ready")
+
+
+@contextlib.contextmanager
+def fresh_standalone() -> Iterator[Service]:
+    """A ``standalone`` on a temporary data directory, removed once it has stopped."""
+    with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as svc:
+        yield svc
+
+
+def admin(svc: Service, method: str, path: str, body: Any = None, timeout: float = 30.0) -> Any:
+    """Call the service's admin REST API (``path`` from ``/admin/...``); the decoded JSON answer
+    (None when empty). An error status raises."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        svc.admin + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        raw = resp.read()
+        return json.loads(raw) if raw.strip() else None
+
+
+def each_run(runs: int, one_run: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``one_run(r)`` for r in 0..runs-1, each row printed as ``run N: {json}`` once it is in."""
+    rows = []
+    for r in range(runs):
+        row = one_run(r)
+        print(f"run {r + 1}: {json.dumps(row)}", flush=True)
+        rows.append(row)
+    return rows
+
+
+def report(runs: list[dict[str, Any]], summary: dict[str, Any], json_path: str | None) -> None:
+    """Print the summary; with ``json_path``, write ``{"runs": ..., "summary": ...}`` there."""
+    print(json.dumps(summary, indent=2))
+    if json_path:
+        Path(json_path).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
 
 
 def local_cluster(data_dir: Path) -> Service:

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import standalone
+from benchmark import each_run, fresh_standalone, report
 
 from magnetar.client import aio
 
@@ -53,6 +51,11 @@ async def round_trip(url: str, topic: str, data: bytes) -> dict[str, float]:
     return {"round_trip_s": received, "send_s": sent, "chunks": chunks}
 
 
+def one_run(data: bytes, r: int) -> dict[str, Any]:
+    with fresh_standalone() as svc:
+        return asyncio.run(round_trip(svc.url, f"persistent://public/default/bench-chunking-{r}", data))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
@@ -60,12 +63,7 @@ def main() -> int:
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     data = os.urandom(int(args.size_mib * MiB))
-    runs: list[dict[str, Any]] = []
-    for r in range(args.runs):
-        with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as svc:
-            row = asyncio.run(round_trip(svc.url, f"persistent://public/default/bench-chunking-{r}", data))
-        print(f"run {r + 1}: {json.dumps(row)}", flush=True)
-        runs.append(row)
+    runs = each_run(args.runs, lambda r: one_run(data, r))
     summary = {
         "size_mib": args.size_mib,
         "chunks": runs[0]["chunks"],
@@ -73,9 +71,7 @@ def main() -> int:
         "send_s": statistics.median(x["send_s"] for x in runs),
         "round_trip_mib_per_s": args.size_mib / statistics.median(x["round_trip_s"] for x in runs),
     }
-    print(json.dumps(summary, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
+    report(runs, summary, args.json)
     return 0
 
 

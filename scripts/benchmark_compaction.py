@@ -18,28 +18,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import standalone
+from benchmark import admin, each_run, fresh_standalone, report
+from benchmark_consumption import send_keyed
 
 from magnetar.client import aio
-
-SIZE = 100
-
-
-def admin(base: str, method: str, path: str) -> Any:
-    req = urllib.request.Request(base + path, method=method)
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        raw = resp.read()
-        return json.loads(raw) if raw.strip() else None
 
 
 async def fill(url: str, topic: str, n: int, keys: int) -> None:
@@ -47,15 +36,7 @@ async def fill(url: str, topic: str, n: int, keys: int) -> None:
         holder = await client.subscribe(topic, "holder", initial_position=aio.InitialPosition.Earliest)
         await holder.close()  # keeps every ledger until the compaction has read it
         producer = await client.create_producer(topic, max_pending_messages=20_000)
-        body = b"x" * SIZE
-        receipts = []
-        for i in range(n):
-            receipts.append(await producer.send_async(body, partition_key=f"key-{i % keys}"))
-            if len(receipts) >= 10_000:
-                await asyncio.gather(*receipts)
-                receipts.clear()
-        await asyncio.gather(*receipts)
-        await producer.close()
+        await send_keyed(producer, n, keys)
 
 
 async def read_compacted(url: str, topic: str) -> int:
@@ -70,21 +51,21 @@ async def read_compacted(url: str, topic: str) -> int:
 
 
 def one_run(messages: int, keys: int, r: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as svc:
+    with fresh_standalone() as svc:
         topic = f"persistent://public/default/bench-compaction-{r}"
         path = "/admin/v2/persistent/public/default/" + topic.rsplit("/", 1)[1]
         t0 = time.monotonic()
         asyncio.run(fill(svc.url, topic, messages, keys))
         fill_s = time.monotonic() - t0
         t0 = time.monotonic()
-        admin(svc.admin, "PUT", path + "/compaction")
-        while (status := admin(svc.admin, "GET", path + "/compaction"))["status"] == "RUNNING":
+        admin(svc, "PUT", path + "/compaction", timeout=60)
+        while (status := admin(svc, "GET", path + "/compaction", timeout=60))["status"] == "RUNNING":
             time.sleep(0.02)
         seconds = time.monotonic() - t0
         if status["status"] != "SUCCESS":
             raise SystemExit(f"compaction failed: {status}")
-        stats = admin(svc.admin, "GET", path + "/stats")
-        internal = admin(svc.admin, "GET", path + "/internalStats")
+        stats = admin(svc, "GET", path + "/stats", timeout=60)
+        internal = admin(svc, "GET", path + "/internalStats", timeout=60)
         t0 = time.monotonic()
         read = asyncio.run(read_compacted(svc.url, topic))
         return {
@@ -106,16 +87,10 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
-    runs = []
-    for r in range(args.runs):
-        row = one_run(args.messages, args.keys, r)
-        print(f"run {r + 1}: {json.dumps(row)}", flush=True)
-        runs.append(row)
+    runs = each_run(args.runs, lambda r: one_run(args.messages, args.keys, r))
     summary = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
     summary.update({"messages": args.messages, "keys": args.keys, "runs": args.runs})
-    print(json.dumps(summary, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
+    report(runs, summary, args.json)
     return 0
 
 

@@ -45,6 +45,20 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
+async def send_keyed(producer: Any, n: int, keys: int) -> None:
+    """Send ``n`` messages of SIZE bytes keyed ``key-{i % keys}``, waiting for the receipts every
+    10,000 sends; then close ``producer``."""
+    body = b"x" * SIZE
+    receipts = []
+    for i in range(n):
+        receipts.append(await producer.send_async(body, partition_key=f"key-{i % keys}"))
+        if len(receipts) >= 10_000:
+            await asyncio.gather(*receipts)
+            receipts.clear()
+    await asyncio.gather(*receipts)
+    await producer.close()
+
+
 async def fill(url: str, topic: str, n: int, keys: int, subscriptions: list[str]) -> None:
     """Publish the backlog, after creating every subscription that will drain it (at Earliest):
     the broker deletes what every existing subscription has acknowledged."""
@@ -57,15 +71,7 @@ async def fill(url: str, topic: str, n: int, keys: int, subscriptions: list[str]
         producer = await client.create_producer(
             topic, batching_type=aio.BatchingType.KeyBased, max_pending_messages=20_000
         )
-        body = b"x" * SIZE
-        receipts = []
-        for i in range(n):
-            receipts.append(await producer.send_async(body, partition_key=f"key-{i % keys}"))
-            if len(receipts) >= 10_000:
-                await asyncio.gather(*receipts)
-                receipts.clear()
-        await asyncio.gather(*receipts)
-        await producer.close()
+        await send_keyed(producer, n, keys)
 
 
 async def drain(url: str, topic: str, sub: str, sub_type: Any, n: int, consumers: int = 2) -> float:

@@ -21,28 +21,16 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import Service, standalone
+from benchmark import admin, fresh_standalone
 
 from magnetar.client import aio
 
 SIZE = 100
-
-
-def admin(svc: Service, method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        svc.admin + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        raw = resp.read()
-        return json.loads(raw) if raw.strip() else None
 
 
 async def publish(url: str, topic: str, n: int, batched: bool) -> float:
@@ -67,7 +55,7 @@ async def publish(url: str, topic: str, n: int, batched: bool) -> float:
 
 def one_run(run: int, messages: int, unbatched: int) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {"batched": {}, "unbatched": {}}
-    with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as svc:
+    with fresh_standalone() as svc:
         order = [True, False] if run % 2 == 0 else [False, True]  # alternate who goes first
         for kind, n, batched in (("batched", messages, True), ("unbatched", unbatched, False)):
             for on in order:

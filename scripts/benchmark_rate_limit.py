@@ -18,31 +18,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import Service, standalone
+from benchmark import admin, fresh_standalone, report
 
 from magnetar.client import aio
 
 SIZE = 100
 WARMUP = 1.5  # seconds: past the one-second burst a full bucket allows
-
-
-def admin(svc: Service, method: str, path: str, body: Any = None) -> None:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        svc.admin + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30):
-        pass
 
 
 def steady_rate(times: list[float], start: float, *, limited: bool = True) -> float:
@@ -101,7 +89,7 @@ async def drain(url: str, topic: str, sub: str, n: int, limited: bool = True) ->
 def one_run(rate: int, seconds: float) -> dict[str, float]:
     n = int(rate * (seconds + WARMUP))
     row: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as d, standalone(Path(d)) as svc:
+    with fresh_standalone() as svc:
         base = "/admin/v2/persistent/public/default"
         admin(svc, "PUT", f"{base}/pub")
         admin(svc, "POST", f"{base}/pub/publishRate", {"publishThrottlingRateInMsg": rate})
@@ -134,9 +122,7 @@ def main() -> int:
     for key in runs[0]:
         median = statistics.median(x[key] for x in runs)
         summary[key] = {"rate": median, "ratio": median / args.rate}
-    print(json.dumps(summary, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
+    report(runs, summary, args.json)
     return 0
 
 

@@ -21,7 +21,8 @@ import time
 from typing import Any
 
 import pytest
-from tests.support.standalone import StandaloneProcess, admin_call
+from tests.support.admin import sub_stats
+from tests.support.standalone import StandaloneProcess
 
 from magnetar.client import aio
 from magnetar.client.chunking import ChunkAssembler, ChunkedSendReceipt, chunk_uuid, make_chunk_batches, split_payload
@@ -222,10 +223,7 @@ async def test_a_chunked_send_completes_with_the_chunked_id_or_the_first_failure
 
 
 async def backlog(sa: StandaloneProcess, topic: str, sub: str) -> int:
-    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/stats"
-    status, body = await asyncio.to_thread(admin_call, sa, "GET", path)
-    assert status == 200, body
-    return int(body["subscriptions"][sub]["msgBacklog"])
+    return int((await asyncio.to_thread(sub_stats, sa, topic, sub))["msgBacklog"])
 
 
 async def wait_backlog(sa: StandaloneProcess, topic: str, sub: str, want: int, within: float = 20.0) -> None:

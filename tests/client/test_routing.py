@@ -11,12 +11,12 @@ Murmur3 ``"hello" == 0x248bfa47`` and ``"The quick brown fox jumps over the lazy
 from __future__ import annotations
 
 import inspect
-import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.support.admin import topic_path
+from tests.support.polling import wait_for
 from tests.support.standalone import StandaloneProcess, admin_call
 
 import magnetar
@@ -227,8 +227,7 @@ def test_routing_options_are_checked_and_combined_as_pulsar_does() -> None:
 
 
 def partitioned(standalone: StandaloneProcess, topic: str, n: int, *, update: bool = False) -> None:
-    path = f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/partitions"
-    status, body = admin_call(standalone, "POST" if update else "PUT", path, n)
+    status, body = admin_call(standalone, "POST" if update else "PUT", topic_path(topic) + "/partitions", n)
     assert status == 204, body
 
 
@@ -237,13 +236,6 @@ def receive_all(consumer: magnetar.Consumer, n: int) -> list[magnetar.Message]:
     for m in out:
         consumer.acknowledge(m)
     return out
-
-
-def wait_for(check: Callable[[], bool], what: str, limit: float = 15.0) -> None:
-    deadline = time.monotonic() + limit
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 KEYS = ["key-0", "key-1", "key-2", "key-3", "order-17", "user-1", "hello", "caf\u00e9"]
@@ -316,7 +308,7 @@ def test_a_custom_message_router_decides_every_message(standalone: StandalonePro
             bad.send(b"x")
         results: list[Any] = []
         bad.send_async(b"y", lambda res, mid: results.append(res))
-        wait_for(lambda: bool(results), "the failed send's callback")
+        wait_for("the failed send's callback", lambda: bool(results), 15.0, interval=0.02)
         assert isinstance(results[0], MagnetarError)
 
 
@@ -361,7 +353,12 @@ def test_producers_and_consumers_pick_up_added_partitions_without_restarting(
         assert len(receive_all(consumer, 4)) == 4
 
         partitioned(standalone, topic, 4, update=True)
-        wait_for(lambda: len(producer._p.partitions) == 4, "the producer to attach to partitions 2 and 3")
+        wait_for(
+            "the producer to attach to partitions 2 and 3",
+            lambda: len(producer._p.partitions) == 4,
+            15.0,
+            interval=0.02,
+        )
         assert len(consumer._c.partitions) == 2  # the consumer has not looked yet
         after = [producer.send(f"after-{i}".encode()) for i in range(8)]
         assert Counter(i.partition for i in after) == {0: 2, 1: 2, 2: 2, 3: 2}

@@ -12,11 +12,12 @@ import re
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.support.admin import create_namespace, topic_stats
+from tests.support.polling import wait_for
 from tests.support.standalone import StandaloneProcess, admin_call, run_standalone
 
 import magnetar
@@ -44,30 +45,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
 
 
 def namespace(sa: StandaloneProcess, **policies: Any) -> str:
-    ns = f"public/q{uuid.uuid4().hex[:8]}"
-    assert admin_call(sa, "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
-    for path, body in policies.items():
-        status, reply = admin_call(sa, "POST", f"/admin/v2/namespaces/{ns}/{path}", body)
-        assert status == 204, reply
-    return ns
-
-
-def stats(sa: StandaloneProcess, topic: str) -> dict[str, Any]:
-    status, body = admin_call(sa, "GET", f"/admin/v2/persistent/{topic.split('://', 1)[1]}/stats")
-    assert status == 200, body
-    assert isinstance(body, dict)
-    return body
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return create_namespace(sa, "q", **policies)
 
 
 def fill(producer: magnetar.Producer, n: int) -> None:
@@ -82,7 +60,7 @@ def test_producer_exception_fails_sends_and_producer_creation_at_once(standalone
         consumer = client.subscribe(topic, "slow")
         producer = client.create_producer(topic, batching_enabled=False)
         fill(producer, 12)  # ~12 KB of backlog: over the 10,000-byte quota
-        wait_for("the quota check", lambda: stats(standalone, topic)["backlogQuotaExceeded"])
+        wait_for("the quota check", lambda: topic_stats(standalone, topic)["backlogQuotaExceeded"])
         started = time.monotonic()
         with pytest.raises(ProducerBlockedQuotaExceededException) as info:
             producer.send(b"one more")
@@ -99,7 +77,7 @@ def test_producer_exception_fails_sends_and_producer_creation_at_once(standalone
         # The consumer catches up: the next check lifts the block and sends pass again.
         for _ in range(12):
             consumer.acknowledge(consumer.receive(timeout_millis=5000))
-        wait_for("the block to lift", lambda: stats(standalone, topic)["backlogQuotaExceeded"] is None)
+        wait_for("the block to lift", lambda: topic_stats(standalone, topic)["backlogQuotaExceeded"] is None)
         producer.send(b"accepted again")
         assert consumer.receive(timeout_millis=5000).data() == b"accepted again"
 
@@ -114,7 +92,7 @@ def test_producer_request_hold_holds_sends_until_the_send_timeout_or_until_consu
         impatient = client.create_producer(topic, batching_enabled=False, send_timeout_millis=1500)
         patient = client.create_producer(topic, batching_enabled=False, send_timeout_millis=30_000)
         fill(impatient, 12)
-        wait_for("the quota check", lambda: stats(standalone, topic)["backlogQuotaExceeded"])
+        wait_for("the quota check", lambda: topic_stats(standalone, topic)["backlogQuotaExceeded"])
         started = time.monotonic()
         with pytest.raises(Timeout, match="send_timeout_millis"):
             impatient.send(b"held until it times out")
@@ -129,7 +107,7 @@ def test_producer_request_hold_holds_sends_until_the_send_timeout_or_until_consu
         # A send that waits longer succeeds once the consumer acknowledges.
         results: list[Any] = []
         patient.send_async(b"waits", lambda res, msg_id: results.append(res))
-        wait_for("the send to be held", lambda: stats(standalone, topic)["publishHeldByBacklogQuota"] >= 2)
+        wait_for("the send to be held", lambda: topic_stats(standalone, topic)["publishHeldByBacklogQuota"] >= 2)
         assert results == []
         for _ in range(12):
             consumer.acknowledge(consumer.receive(timeout_millis=5000))
@@ -152,9 +130,12 @@ def test_consumer_backlog_eviction_moves_the_slowest_subscription_within_the_quo
         fill(producer, 60)  # ~60 KB: three times the quota
         for _ in range(60):
             fast.acknowledge(fast.receive(timeout_millis=5000))
-        wait_for("eviction", lambda: stats(standalone, topic)["subscriptions"]["slow"]["msgBacklog"] < 60)
-        after = stats(standalone, topic)
-        assert after["backlogSize"] <= 20_000, after["backlogSize"]
+        # Eviction may take more than one check (either subscription can be the slowest until
+        # "fast" has acknowledged): wait for the state it must reach, then check all of it.
+        after = wait_for(
+            "eviction within the quota",
+            lambda: (st := topic_stats(standalone, topic))["backlogSize"] <= 20_000 and st,
+        )
         assert after["subscriptions"]["slow"]["msgBacklog"] <= 20  # ~1 KB each: within the quota
         assert after["subscriptions"]["fast"]["msgBacklog"] == 0
         # Sends are never refused under eviction.
@@ -178,7 +159,7 @@ def test_time_quota_counts_the_age_of_the_oldest_unacknowledged_message(standalo
         client.subscribe(topic, "slow")
         producer = client.create_producer(topic, batching_enabled=False)
         producer.send(b"old")
-        wait_for("the age quota", lambda: stats(standalone, topic)["backlogQuotaExceeded"])
+        wait_for("the age quota", lambda: topic_stats(standalone, topic)["backlogQuotaExceeded"])
         with pytest.raises(ProducerBlockedQuotaExceededException) as info:
             producer.send(b"new")
         assert re.fullmatch(
@@ -186,13 +167,13 @@ def test_time_quota_counts_the_age_of_the_oldest_unacknowledged_message(standalo
             r"\(subscription slow\) is \d+\.\d s old, limitTime is 1 s \(policy producer_exception\)",
             str(info.value),
         ), str(info.value)
-        s = stats(standalone, topic)
+        s = topic_stats(standalone, topic)
         assert s["backlogQuotaLimitTime"] == 1 and s["oldestBacklogMessageSubscriptionName"] == "slow"
         # Removing the age quota (by type) lifts the block at once.
         assert admin_call(standalone, "DELETE", f"/admin/v2/namespaces/{ns}/backlogQuota?backlogQuotaType=message_age")[
             0
         ] in (200, 204)
-        wait_for("the block to lift", lambda: stats(standalone, topic)["backlogQuotaExceeded"] is None)
+        wait_for("the block to lift", lambda: topic_stats(standalone, topic)["backlogQuotaExceeded"] is None)
         producer.send(b"accepted")
 
 
@@ -209,8 +190,8 @@ def test_age_eviction_acknowledges_what_is_older_than_the_quota(standalone: Stan
         client.subscribe(topic, "slow")
         producer = client.create_producer(topic, batching_enabled=False)
         fill(producer, 5)
-        assert stats(standalone, topic)["subscriptions"]["slow"]["msgBacklog"] == 5
-        wait_for("age eviction", lambda: stats(standalone, topic)["subscriptions"]["slow"]["msgBacklog"] == 0)
+        assert topic_stats(standalone, topic)["subscriptions"]["slow"]["msgBacklog"] == 5
+        wait_for("age eviction", lambda: topic_stats(standalone, topic)["subscriptions"]["slow"]["msgBacklog"] == 0)
 
 
 def test_topic_level_quota_overrides_the_namespace_quota(standalone: StandaloneProcess) -> None:
@@ -228,11 +209,11 @@ def test_topic_level_quota_overrides_the_namespace_quota(standalone: StandaloneP
         for topic in (strict, relaxed):
             client.subscribe(topic, "slow")
             fill(client.create_producer(topic, batching_enabled=False), 10)
-        wait_for("the strict topic's check", lambda: stats(standalone, strict)["backlogQuotaExceeded"])
+        wait_for("the strict topic's check", lambda: topic_stats(standalone, strict)["backlogQuotaExceeded"])
         with pytest.raises(ProducerBlockedQuotaExceededException, match="limitSize is 5000 bytes"):
             client.create_producer(strict)
-        assert stats(standalone, relaxed)["backlogQuotaLimitSize"] == 10_000_000
-        assert stats(standalone, relaxed)["backlogQuotaExceeded"] is None
+        assert topic_stats(standalone, relaxed)["backlogQuotaLimitSize"] == 10_000_000
+        assert topic_stats(standalone, relaxed)["backlogQuotaExceeded"] is None
         client.create_producer(relaxed).send(b"fine")
 
 

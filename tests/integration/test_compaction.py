@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.admin import topic_path
 from tests.support.standalone import StandaloneProcess, admin_call, run_standalone
 
 import magnetar
@@ -35,12 +36,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
         yield sa
 
 
-def _path(topic: str) -> str:
-    return "/admin/v2/persistent/" + topic.split("://", 1)[1]
-
-
 def compact(sa: StandaloneProcess, topic: str, timeout: float = 60.0) -> dict[str, Any]:
-    status, _ = admin_call(sa, "PUT", _path(topic) + "/compaction")
+    status, _ = admin_call(sa, "PUT", topic_path(topic) + "/compaction")
     assert status == 204
     return wait_compacted(sa, topic, timeout)
 
@@ -48,7 +45,7 @@ def compact(sa: StandaloneProcess, topic: str, timeout: float = 60.0) -> dict[st
 def wait_compacted(sa: StandaloneProcess, topic: str, timeout: float = 60.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        _, doc = admin_call(sa, "GET", _path(topic) + "/compaction")
+        _, doc = admin_call(sa, "GET", topic_path(topic) + "/compaction")
         if doc["status"] in ("SUCCESS", "ERROR"):
             assert doc == {"status": "SUCCESS", "lastError": ""}
             return dict(doc)
@@ -116,11 +113,11 @@ def test_latest_value_per_key_and_tombstones(standalone: StandaloneProcess, clie
     assert len(plain) == len(items)
     original = {(m.partition_key(), m.data()): str(m.message_id()) for m in plain}
     assert [str(m.message_id()) for m in got] == [original[(m.partition_key(), m.data())] for m in got]
-    _, stats = admin_call(standalone, "GET", _path(topic) + "/stats")
+    _, stats = admin_call(standalone, "GET", topic_path(topic) + "/stats")
     assert stats["compaction"]["lastCompactionRemovedEventCount"] == len(items) - 3
     assert stats["compaction"]["lastCompactionSucceedTimestamp"] > 0
     assert "__compaction" in stats["subscriptions"]
-    _, internal = admin_call(standalone, "GET", _path(topic) + "/internalStats")
+    _, internal = admin_call(standalone, "GET", topic_path(topic) + "/internalStats")
     assert internal["compactedLedger"]["entries"] == 3 and internal["compactedLedger"]["ledgerId"] >= 0
     producer.close()
 
@@ -159,7 +156,7 @@ def test_batches_of_many_keys_compact_message_by_message(
         consumer.acknowledge(m)
     assert seen == expected
     consumer.close()
-    _, stats = admin_call(standalone, "GET", _path(topic) + "/stats")
+    _, stats = admin_call(standalone, "GET", topic_path(topic) + "/stats")
     # What compaction removed counts as consumed: nothing is left in the backlog.
     assert stats["subscriptions"]["sub"]["msgBacklog"] == 0
     producer.close()
@@ -205,17 +202,17 @@ def test_read_compacted_refused_on_shared(standalone: StandaloneProcess, client:
 
 def test_status_transitions_and_conflict(standalone: StandaloneProcess, client: Any, topic: str) -> None:
     hold(client, topic)
-    _, doc = admin_call(standalone, "GET", _path(topic) + "/compaction")
+    _, doc = admin_call(standalone, "GET", topic_path(topic) + "/compaction")
     assert doc == {"status": "NOT_RUN", "lastError": ""}
     producer = client.create_producer(
         topic, block_if_queue_full=True, batching_max_messages=1000, batching_max_publish_delay_ms=20
     )
     send_all(producer, [(f"k{i % 5000}", b"x" * 20) for i in range(150_000)])
-    status, _ = admin_call(standalone, "PUT", _path(topic) + "/compaction")
+    status, _ = admin_call(standalone, "PUT", topic_path(topic) + "/compaction")
     assert status == 204
-    _, doc = admin_call(standalone, "GET", _path(topic) + "/compaction")
+    _, doc = admin_call(standalone, "GET", topic_path(topic) + "/compaction")
     assert doc["status"] == "RUNNING"
-    status, body = admin_call(standalone, "PUT", _path(topic) + "/compaction")
+    status, body = admin_call(standalone, "PUT", topic_path(topic) + "/compaction")
     assert status == 409 and "already in progress" in body["reason"]
     wait_compacted(standalone, topic)
     assert len(read_compacted(client, topic)) == 5000
@@ -227,11 +224,11 @@ def test_automatic_compaction_by_threshold(standalone: StandaloneProcess, client
     producer = client.create_producer(topic, block_if_queue_full=True, batching_enabled=False)
     send_all(producer, [("k", f"v{i}".encode()) for i in range(20)])
     time.sleep(0.5)  # a monitor round without a threshold: nothing happens
-    _, doc = admin_call(standalone, "GET", _path(topic) + "/compaction")
+    _, doc = admin_call(standalone, "GET", topic_path(topic) + "/compaction")
     assert doc["status"] == "NOT_RUN"
-    status, _ = admin_call(standalone, "POST", _path(topic) + "/compactionThreshold", 100)
+    status, _ = admin_call(standalone, "POST", topic_path(topic) + "/compactionThreshold", 100)
     assert status == 204
-    _, value = admin_call(standalone, "GET", _path(topic) + "/compactionThreshold")
+    _, value = admin_call(standalone, "GET", topic_path(topic) + "/compactionThreshold")
     assert value == 100
     wait_compacted(standalone, topic, timeout=30)
     assert [m.data() for m in read_compacted(client, topic)] == [b"v19"]
@@ -245,14 +242,14 @@ def test_trimming_after_compaction_keeps_every_key(standalone: StandaloneProcess
     send_all(producer, [(f"k{i}", f"first{i}".encode()) for i in range(100)])  # two full ledgers
     send_all(producer, [(f"k{i}", f"second{i}".encode()) for i in range(0, 100, 2)])
     compact(standalone, topic)
-    _, internal = admin_call(standalone, "GET", _path(topic) + "/internalStats")
+    _, internal = admin_call(standalone, "GET", topic_path(topic) + "/internalStats")
     first_ledger = internal["ledgers"][0]["ledgerId"]
     for _ in range(150):
         holder.acknowledge(holder.receive(timeout_millis=10_000))
     holder.close()
     deadline = time.monotonic() + 30
     while True:  # the acks let the consumed ledgers before the horizon be trimmed (retention 0)
-        _, internal = admin_call(standalone, "GET", _path(topic) + "/internalStats")
+        _, internal = admin_call(standalone, "GET", topic_path(topic) + "/internalStats")
         if internal["ledgers"][0]["ledgerId"] != first_ledger:
             break
         assert time.monotonic() < deadline, internal

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 from tests.support.cluster import LocalCluster, two_broker_cluster
+from tests.support.polling import wait_for
 
 import magnetar
 from magnetar import InitialPosition, MessageId
@@ -51,17 +51,6 @@ def _admin(cluster: LocalCluster, broker: int, method: str, topic: str, suffix: 
     except urllib.error.HTTPError as exc:
         raw = exc.read()
         return exc.code, json.loads(raw) if raw.strip() else None
-
-
-def _wait_for(what: str, predicate: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)  # polling interval
 
 
 def _send_all(producer: Any, items: list[tuple[str, bytes]]) -> list[MessageId]:
@@ -135,7 +124,7 @@ def test_compaction_forwarded_to_the_owner_survives_an_owner_kill9(cluster: Loca
             _, doc = _admin(cluster, other, "GET", topic, "compaction")
             return doc if doc["status"] in ("SUCCESS", "ERROR") else None
 
-        assert _wait_for("the compaction", finished, timeout=60) == {"status": "SUCCESS", "lastError": ""}
+        assert wait_for("the compaction", finished, timeout=60) == {"status": "SUCCESS", "lastError": ""}
         # The run happened on the owner (the status is the memory of the broker that ran it), and
         # the other broker neither ran it nor took the topic.
         assert _admin(cluster, owner, "GET", topic, "compaction") == (200, {"status": "SUCCESS", "lastError": ""})

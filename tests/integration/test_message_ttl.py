@@ -14,13 +14,14 @@ import json
 import shutil
 import time
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from tests.support.admin import create_namespace, sub_stats
 from tests.support.cluster import LocalCluster
+from tests.support.polling import wait_for
 from tests.support.standalone import StandaloneProcess, admin_call, run_standalone
 
 import magnetar
@@ -38,28 +39,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
 
 
 def namespace(sa: StandaloneProcess, ttl: int | None) -> str:
-    ns = f"public/ttl{uuid.uuid4().hex[:8]}"
-    assert admin_call(sa, "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
-    if ttl is not None:
-        assert admin_call(sa, "POST", f"/admin/v2/namespaces/{ns}/messageTTL", ttl)[0] == 204
-    return ns
-
-
-def sub_stats(sa: StandaloneProcess, topic: str, sub: str) -> dict[str, Any]:
-    status, body = admin_call(sa, "GET", f"/admin/v2/persistent/{topic.split('://', 1)[1]}/stats")
-    assert status == 200, body
-    return dict(body["subscriptions"][sub])
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return create_namespace(sa, "ttl", **({} if ttl is None else {"messageTTL": ttl}))
 
 
 def test_ttl_expires_unacknowledged_messages_on_every_subscription(standalone: StandaloneProcess) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from tests.protocol.wire import Wire, next_message, open_consumer, open_producer, publish, session
+from tests.support.admin import topic_path, topic_stats
 from tests.support.standalone import StandaloneProcess, admin_call
 
 import magnetar
@@ -32,17 +33,6 @@ RECEIVE_MS = 10_000
 @pytest.fixture
 def topic() -> str:
     return f"non-persistent://public/default/np-{uuid.uuid4().hex[:10]}"
-
-
-def np_path(topic: str) -> str:
-    return "/admin/v2/non-persistent/" + TopicName.parse(topic).path
-
-
-def np_stats(sa: StandaloneProcess, topic: str) -> dict[str, Any]:
-    status, body = admin_call(sa, "GET", np_path(topic) + "/stats")
-    assert status == 200, (status, body)
-    result: dict[str, Any] = body
-    return result
 
 
 def poll(check: Any, timeout: float = 5.0) -> Any:
@@ -89,7 +79,7 @@ def test_receipts_are_0_0_and_only_connected_consumers_get_messages(standalone: 
         late.acknowledge(got)  # accepted (and ignored)
         with pytest.raises(magnetar.Timeout):
             late.receive(300)
-    stats = np_stats(standalone, topic)
+    stats = topic_stats(standalone, topic)
     assert stats["storageSize"] == 0 and stats["msgInCounter"] == 4
     assert stats["subscriptions"] == {}  # a subscription goes with its last consumer
     status, _ = admin_call(standalone, "GET", "/admin/v2/persistent/" + TopicName.parse(topic).path + "/stats")
@@ -109,11 +99,11 @@ def test_a_slow_consumer_drops_and_counts_while_a_fast_subscription_gets_everyth
             assert receipt["t"] == c.SEND_RECEIPT and (receipt["ledger"], receipt["entry"]) == (0, 0)
         assert len(drain(wire, 1)) == 5  # its receiver queue was full after 5: the rest dropped
         assert len(drain(wire, 2)) == 20
-        stats = np_stats(standalone, topic)
+        stats = topic_stats(standalone, topic)
         assert stats["subscriptions"]["slow"]["msgDropCounter"] == 15
         assert stats["subscriptions"]["fast"]["msgDropCounter"] == 0
         assert stats["msgDropCounter"] == 15 and stats["msgOutCounter"] == 25
-        assert poll(lambda: np_stats(standalone, topic)["subscriptions"]["slow"]["msgDropRate"] > 0)
+        assert poll(lambda: topic_stats(standalone, topic)["subscriptions"]["slow"]["msgDropRate"] > 0)
         assert stats["publishers"][0]["msgDropRate"] == 0.0
         wire.send(c.flow(1, 10))  # permits back: the next messages reach it again
         publish(wire, 1, 20, b"m20")
@@ -179,7 +169,7 @@ def test_a_reader_gets_what_comes_after_it_connected_and_seek_and_last_id_answer
 def test_admin_creates_lists_reports_refuses_cursor_verbs_and_deletes(
     standalone: StandaloneProcess, topic: str
 ) -> None:
-    path = np_path(topic)
+    path = topic_path(topic)
     assert admin_call(standalone, "PUT", path) == (204, None)
     assert admin_call(standalone, "PUT", path)[0] == 409
     status, listed = admin_call(standalone, "GET", "/admin/v2/non-persistent/public/default")
@@ -189,7 +179,7 @@ def test_admin_creates_lists_reports_refuses_cursor_verbs_and_deletes(
         producer = client.create_producer(topic, producer_name="p1")
         producer.send(b"x")
         consumer.receive(RECEIVE_MS)
-        stats = np_stats(standalone, topic)
+        stats = topic_stats(standalone, topic)
         assert stats["publishers"][0]["producerName"] == "p1" and "msgDropRate" in stats["publishers"][0]
         assert stats["subscriptions"]["s1"]["consumers"][0]["consumerName"] == "c1"
         assert stats["subscriptions"]["s1"]["msgBacklog"] == 0 and "msgDropRate" in stats["subscriptions"]["s1"]

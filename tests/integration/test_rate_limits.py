@@ -11,10 +11,10 @@ import asyncio
 import re
 import time
 import urllib.request
-import uuid
 from typing import Any
 
 import pytest
+from tests.support.admin import create_namespace, topic_stats
 from tests.support.standalone import StandaloneProcess
 from tests.support.standalone import admin_call as call
 
@@ -26,9 +26,7 @@ from magnetar.client import aio
 def ns(standalone: StandaloneProcess) -> str:
     """A namespace of the test's own, so that namespace policies do not leak between tests."""
     call(standalone, "PUT", "/admin/v2/tenants/rl", {})
-    name = f"rl/ns-{uuid.uuid4().hex[:8]}"
-    assert call(standalone, "PUT", f"/admin/v2/namespaces/{name}")[0] == 204
-    return name
+    return create_namespace(standalone, "ns-", tenant="rl")
 
 
 def _set(sa: StandaloneProcess, path: str, body: Any) -> None:
@@ -101,12 +99,6 @@ async def _drain(url: str, topic: str, sub: str, n: int, *, then: Any = None, af
         return elapsed
 
 
-def _stats(sa: StandaloneProcess, topic: str) -> dict[str, Any]:
-    status, stats = call(sa, "GET", f"/admin/v2/persistent/{topic.split('://', 1)[1]}/stats")
-    assert status == 200, stats
-    return stats  # type: ignore[no-any-return]
-
-
 # ---------------------------------------------------------------------- publish
 def test_a_namespace_publish_rate_holds_a_fast_producer_to_it_without_failing_a_send(
     standalone: StandaloneProcess, ns: str
@@ -120,7 +112,7 @@ def test_a_namespace_publish_rate_holds_a_fast_producer_to_it_without_failing_a_
     n = 700
     elapsed = asyncio.run(_publish(standalone.service_url, topic, n))
     assert elapsed >= n / 200 - 1 - 0.1, f"{n} messages in {elapsed:.2f} s at a limit of 200/s"
-    stats = _stats(standalone, topic)
+    stats = topic_stats(standalone, topic)
     assert stats["msgInCounter"] == n  # nothing dropped
     assert stats["publishRateLimitedTimes"] > 0
     _poll("the publish throttle metrics", lambda: _metric(standalone, "magnetar_publish_rate_limit_times", topic=topic))
@@ -134,7 +126,7 @@ def test_a_topic_publish_byte_rate_limits_bytes(standalone: StandaloneProcess, n
     n, size = 80, 1000  # 80 kB at 20 kB/s
     elapsed = asyncio.run(_publish(standalone.service_url, topic, n, size))
     assert elapsed >= n * size / 20_000 - 1 - 0.1, f"{n * size} bytes in {elapsed:.2f} s at 20 kB/s"
-    assert _stats(standalone, topic)["msgInCounter"] == n
+    assert topic_stats(standalone, topic)["msgInCounter"] == n
 
 
 def test_a_publish_rate_set_and_removed_on_a_live_topic_takes_effect(standalone: StandaloneProcess, ns: str) -> None:
@@ -149,7 +141,7 @@ def test_a_publish_rate_set_and_removed_on_a_live_topic_takes_effect(standalone:
             )
             sent = 0
             end = time.monotonic() + 15
-            while _stats(standalone, topic)["publishRateLimitedTimes"] == 0:  # the policy reaches the topic
+            while topic_stats(standalone, topic)["publishRateLimitedTimes"] == 0:  # the policy reaches the topic
                 await asyncio.gather(*[await producer.send_async(b"x") for _ in range(20)])
                 sent += 20
                 assert time.monotonic() < end, "the publish rate never engaged"
@@ -190,10 +182,10 @@ def test_a_topic_dispatch_rate_limits_its_consumers_and_not_another_topics(
     slow, fast = asyncio.run(both())
     assert slow >= n / 100 - 1 - 0.1, f"{n} messages dispatched in {slow:.2f} s at 100/s"
     assert fast < n / 100 - 1, f"the unlimited topic took {fast:.2f} s"
-    sub = _stats(standalone, limited)["subscriptions"]["s"]
+    sub = topic_stats(standalone, limited)["subscriptions"]["s"]
     assert sub["dispatchThrottledMsgEventsByTopicLimit"] > 0
     assert sub["dispatchThrottledMsgEventsBySubscriptionLimit"] == 0
-    assert _stats(standalone, free)["subscriptions"]["s"]["dispatchThrottledMsgEventsByTopicLimit"] == 0
+    assert topic_stats(standalone, free)["subscriptions"]["s"]["dispatchThrottledMsgEventsByTopicLimit"] == 0
     _poll(
         "the dispatch throttle metric",
         lambda: _metric(
@@ -242,7 +234,7 @@ def test_a_subscription_dispatch_rate_limits_each_subscription_and_a_topic_overr
     for elapsed in (a, b):
         assert elapsed >= n / 100 - 1 - 0.1, f"{n} messages in {elapsed:.2f} s at 100/s per subscription"
     assert free < n / 100 - 1, f"the exempt topic's subscription took {free:.2f} s"
-    subs = _stats(standalone, limited)["subscriptions"]
+    subs = topic_stats(standalone, limited)["subscriptions"]
     assert subs["a"]["dispatchThrottledMsgEventsBySubscriptionLimit"] > 0
     assert subs["b"]["dispatchThrottledMsgEventsBySubscriptionLimit"] > 0
 
@@ -255,7 +247,7 @@ def test_a_dispatch_byte_rate_limits_bytes(standalone: StandaloneProcess, ns: st
     _set(standalone, f"/admin/v2/persistent/{ns}/dispatch-bytes/dispatchRate", body)
     elapsed = asyncio.run(_drain(standalone.service_url, topic, "s", n))
     assert elapsed >= 3000 / 500 - 2 - 0.1, f"3000 bytes in {elapsed:.2f} s at 500 B/s"
-    assert _stats(standalone, topic)["subscriptions"]["s"]["dispatchThrottledBytesEventsByTopicLimit"] > 0
+    assert topic_stats(standalone, topic)["subscriptions"]["s"]["dispatchThrottledBytesEventsByTopicLimit"] > 0
 
 
 def test_removing_a_dispatch_rate_lets_a_throttled_consumer_go_at_once(standalone: StandaloneProcess, ns: str) -> None:
@@ -337,4 +329,4 @@ def test_removing_a_publish_rate_after_a_large_overdraft_frees_the_connection(
 
     elapsed = asyncio.run(run())
     assert elapsed < 10, f"the send took {elapsed:.2f} s after the limit was removed (the debt was ~100 s)"
-    assert _stats(standalone, topic)["msgInCounter"] == 101
+    assert topic_stats(standalone, topic)["msgInCounter"] == 101

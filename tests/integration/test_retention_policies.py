@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from tests.support.standalone import StandaloneProcess, admin_call, run_standalone
+from tests.support.admin import create_namespace, topic_stats
+from tests.support.polling import wait_for
+from tests.support.standalone import StandaloneProcess, run_standalone
 
 import magnetar
 import magnetar.asyncio as aio
@@ -44,29 +44,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
 
 
 def namespace(sa: StandaloneProcess, minutes: int, size_mb: int) -> str:
-    ns = f"public/ret{uuid.uuid4().hex[:8]}"
-    assert admin_call(sa, "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
-    body = {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}
-    status, reply = admin_call(sa, "POST", f"/admin/v2/namespaces/{ns}/retention", body)
-    assert status == 204, reply
-    return ns
-
-
-def stats(sa: StandaloneProcess, topic: str) -> dict[str, Any]:
-    status, body = admin_call(sa, "GET", f"/admin/v2/persistent/{topic.split('://', 1)[1]}/stats")
-    assert status == 200, body
-    return dict(body)
-
-
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return create_namespace(sa, "ret", retention={"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb})
 
 
 def publish_and_consume(sa: StandaloneProcess, topic: str, n: int, *, ack: bool = True) -> None:
@@ -86,9 +64,9 @@ def test_size_retention_keeps_at_least_the_limit_of_consumed_data(standalone: St
     topic = f"persistent://{namespace(standalone, -1, 1)}/t"
     publish_and_consume(standalone, topic, 30)  # ~3 MB in 6 ledgers, all acknowledged
     # Pulsar's rule: the oldest consumed ledgers go while the topic would still hold >= 1 MB.
-    wait_for("trimming", lambda: len(stats(standalone, topic)["ledgers"]) < 6)
+    wait_for("trimming", lambda: len(topic_stats(standalone, topic)["ledgers"]) < 6)
     time.sleep(0.5)  # more checks (0.2 s apart) must not trim further
-    after = stats(standalone, topic)
+    after = topic_stats(standalone, topic)
     assert after["storageSize"] >= 1 * MB
     assert after["storageSize"] < 1 * MB + 2 * 5 * len(PAYLOAD), after["storageSize"]  # within one ledger of it
 
@@ -98,16 +76,16 @@ def test_no_retention_trims_everything_consumed_and_infinite_retention_nothing(s
     forever = f"persistent://{namespace(standalone, -1, -1)}/t"
     for topic in (none, forever):
         publish_and_consume(standalone, topic, 20)
-    wait_for("trimming", lambda: stats(standalone, none)["storageSize"] <= 5 * len(PAYLOAD) + 4096)
-    assert stats(standalone, forever)["entries"] == 20
+    wait_for("trimming", lambda: topic_stats(standalone, none)["storageSize"] <= 5 * len(PAYLOAD) + 4096)
+    assert topic_stats(standalone, forever)["entries"] == 20
 
 
 def test_unacknowledged_data_is_never_trimmed(standalone: StandaloneProcess) -> None:
     topic = f"persistent://{namespace(standalone, 0, 0)}/t"
     publish_and_consume(standalone, topic, 20, ack=False)
     time.sleep(0.6)  # three retention checks
-    assert stats(standalone, topic)["entries"] == 20
-    assert stats(standalone, topic)["subscriptions"]["s"]["msgBacklog"] == 20
+    assert topic_stats(standalone, topic)["entries"] == 20
+    assert topic_stats(standalone, topic)["subscriptions"]["s"]["msgBacklog"] == 20
 
 
 async def test_time_retention_trims_consumed_ledgers_once_older_than_the_limit(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.polling import wait_until as wait_until  # re-exported: tests import it from here
 from tests.support.process import ProcessControl
 
 from magnetar.ledger.metadata_format import LedgerMetadata, decode
@@ -72,18 +73,6 @@ def free_ports(n: int) -> list[int]:
             for s in socks:
                 s.close()
         return ports
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str = "condition", interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout}s")
-        time.sleep(interval)
 
 
 @dataclass
