@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from tests.support.admin import topic_path
+from tests.support.polling import wait_for
 from tests.support.standalone import StandaloneProcess, admin_call, run_standalone
 
 import magnetar
@@ -259,6 +260,39 @@ def test_trimming_after_compaction_keeps_every_key(standalone: StandaloneProcess
     consumer = client.subscribe(topic, "late", initial_position=InitialPosition.Earliest, is_read_compacted=True)
     assert as_dict([consumer.receive(timeout_millis=10_000) for _ in range(100)]) == expected
     consumer.close()
+    producer.close()
+
+
+def test_a_reader_halfway_through_the_view_is_not_moved_by_trimming(
+    standalone: StandaloneProcess, client: Any, topic: str
+) -> None:
+    """Trimming moves readers left behind deleted ledgers up to the first stored entry; one still
+    reading the compacted view must stay where it is, or it skips the survivors it has not read."""
+    holder = client.subscribe(topic, "holder", initial_position=InitialPosition.Earliest)
+    producer = client.create_producer(topic, block_if_queue_full=True, batching_enabled=False)
+    send_all(producer, [(f"k{i}", f"first{i}".encode()) for i in range(100)])  # two full ledgers
+    send_all(producer, [(f"k{i}", f"second{i}".encode()) for i in range(0, 100, 2)])
+    compact(standalone, topic)
+    reader = client.create_reader(topic, MessageId.earliest, receiver_queue_size=1, is_read_compacted=True)
+    got = [reader.read_next(timeout_millis=10_000) for _ in range(10)]
+    _, internal = admin_call(standalone, "GET", topic_path(topic) + "/internalStats")
+    first_ledger = internal["ledgers"][0]["ledgerId"]
+    for _ in range(150):
+        holder.acknowledge(holder.receive(timeout_millis=10_000))
+    wait_for(
+        "the ledgers before the horizon to be trimmed",
+        lambda: (
+            admin_call(standalone, "GET", topic_path(topic) + "/internalStats")[1]["ledgers"][0]["ledgerId"]
+            != first_ledger
+        ),
+        timeout=30,
+    )
+    while reader.has_message_available():
+        got.append(reader.read_next(timeout_millis=10_000))
+    expected = {f"k{i}": (f"second{i}" if i % 2 == 0 else f"first{i}").encode() for i in range(100)}
+    assert len(got) == 100 and as_dict(got) == expected
+    reader.close()
+    holder.close()
     producer.close()
 
 

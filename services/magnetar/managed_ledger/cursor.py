@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from magnetar.managed_ledger.position import Position
@@ -69,6 +69,10 @@ class ManagedCursor:
         # position -> (messages in the entry, acknowledged batch indexes).
         self.partial: dict[Position, tuple[int, set[int]]] = {}
         self.read_position = ml.next_position(mark_delete)
+        # A non-durable cursor whose reads before the first stored entry are served elsewhere
+        # (a reader of a topic's compacted view) answers True here, and trimming leaves it where
+        # it is instead of moving it up (``skip_to``): it would skip what it has still to read.
+        self.keeps_position_on_trim: Callable[[], bool] | None = None
         self._dirty = False
         self._waiters: list[asyncio.Future[None]] = []
         self._flush_task: asyncio.Task[None] | None = None

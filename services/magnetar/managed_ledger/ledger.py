@@ -674,7 +674,9 @@ class ManagedLedger:
         await self._write_meta()
         first = self.first_position
         for reader in self.non_durable_cursors.values():
-            reader.skip_to(first)
+            keep = reader.keeps_position_on_trim
+            if keep is None or not keep():
+                reader.skip_to(first)
         for lid in doomed:
             try:
                 await self._ledgers.delete(lid)

@@ -120,6 +120,10 @@ async def attach(topic: CompactedTopic, sub: Subscription, read_compacted: bool,
     reads = CompactedReads(compaction, sub)
     sub.compacted = reads
     cursor = sub.cursor
+    if not cursor.durable:
+        # A reader still in the compacted view reads survivors from it even after the topic's
+        # ledgers before the horizon are trimmed: trimming must not move it past them.
+        cursor.keeps_position_on_trim = lambda: reads.covers(_after(cursor.mark_delete))
     if compaction.view is None:
         return
     if (
