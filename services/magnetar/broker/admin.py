@@ -33,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from magnetar.broker import subscription_admin as sa
 from magnetar.broker.admin_bookies import add_bookie_routes
 from magnetar.broker.compaction.admin import add_compaction_routes
+from magnetar.broker.internal_stats import add_internal_stats_route
 from magnetar.broker.non_persistent_admin import add_non_persistent_routes
 from magnetar.broker.policies import POLICY_ENDPOINTS, PolicyError, unenforced
 from magnetar.broker.resources import Conflict
@@ -170,7 +171,8 @@ class AdminServer:
         r.add_get("/metrics", self.metrics)
         add_bookie_routes(self.app, self.service)  # /admin/v2/bookies...: broker/admin_bookies.py
         add_non_persistent_routes(self.app, self)  # /admin/v2/non-persistent/...: non_persistent_admin.py
-        add_compaction_routes(self.app, self)  # .../{topic}/compaction, internalStats: compaction/admin.py
+        add_compaction_routes(self.app, self)  # .../{topic}/compaction: compaction/admin.py
+        add_internal_stats_route(self.app, self)  # .../{topic}/internalStats: internal_stats.py
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)

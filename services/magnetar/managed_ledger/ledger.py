@@ -480,6 +480,21 @@ class ManagedLedger:
         info = self._infos.get(ledger_id)
         return info.entries if info else 0
 
+    def ledger_info(self, ledger_id: int) -> LedgerInfo | None:
+        """A copy of what the log records of ``ledger_id`` (None when it is not one of ours)."""
+        info = self._infos.get(ledger_id)
+        return None if info is None else LedgerInfo(info.ledger_id, info.entries, info.size, info.closed_at)
+
+    @property
+    def current_ledger_id(self) -> int | None:
+        """The ledger being written, if one is open."""
+        return self._current.ledger_id if self._current is not None else None
+
+    @property
+    def ledger_manager(self) -> LedgerManager:
+        """Where the ledgers' metadata lives (read-only use: internal stats, tools)."""
+        return self._ledgers
+
     def ledger_size(self, ledger_id: int) -> int:
         """Bytes stored in ledger ``ledger_id`` (0 when it is not one of ours)."""
         info = self._infos.get(ledger_id)

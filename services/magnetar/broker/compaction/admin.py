@@ -2,10 +2,10 @@
 
 ``PUT .../{topic}/compaction`` starts one (204; 409 "Compaction already in progress"),
 ``GET .../{topic}/compaction`` answers Pulsar's LongRunningProcessStatus
-(``{"status": "NOT_RUN" | "RUNNING" | "SUCCESS" | "ERROR", "lastError": ""}``), and
-``GET .../{topic}/internalStats`` Pulsar's PersistentTopicInternalStats, whose
-``compactedLedger`` names the compacted ledger. In a cluster each runs on the topic's owner
-(the request is forwarded there). On a partitioned topic, as in Pulsar, use its partitions.
+(``{"status": "NOT_RUN" | "RUNNING" | "SUCCESS" | "ERROR", "lastError": ""}``); internal stats
+(``broker/internal_stats.py``) name the compacted ledger in ``compactedLedger``. In a
+cluster each runs on the topic's owner (the request is forwarded there).
+On a partitioned topic, as in Pulsar, use its partitions.
 """
 
 from __future__ import annotations
@@ -54,32 +54,5 @@ def add_compaction_routes(app: web.Application, admin: Any) -> None:
         assert topic is not None
         return web.json_response(compaction_of(topic).status_doc())
 
-    async def internal_stats(request: web.Request) -> web.StreamResponse:
-        topic, forwarded = await topic_of(request)
-        if forwarded is not None:
-            return forwarded
-        assert topic is not None
-        return web.json_response(internal_stats_of(topic))
-
     app.router.add_put(BASE + "/compaction", trigger)
     app.router.add_get(BASE + "/compaction", status)
-    app.router.add_get(BASE + "/internalStats", internal_stats)
-
-
-def internal_stats_of(topic: CompactedTopic) -> dict[str, Any]:
-    """The parts of Pulsar's PersistentTopicInternalStats this broker knows."""
-    ml = topic.ml
-    return {
-        "entriesAddedCounter": ml.total_entries,
-        "numberOfEntries": ml.total_entries,
-        "totalSize": ml.total_size,
-        "lastConfirmedEntry": str(ml.last_confirmed),
-        "ledgers": [{"ledgerId": lid, "entries": ml.entries_in(lid)} for lid in ml.ledger_ids],
-        "cursors": {
-            name: {"markDeletePosition": str(cur.mark_delete), "readPosition": str(cur.read_position)}
-            for name, cur in ml.cursors.items()
-        },
-        "compactedLedger": topic.compaction.compacted_ledger_stats()
-        if topic.compaction is not None
-        else TopicCompaction.never_compacted(),
-    }
