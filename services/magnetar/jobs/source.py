@@ -1,0 +1,204 @@
+"""The ``magnetar`` PySpark data source: topics read straight from the bookies, in parallel.
+
+    spark.read.format("magnetar").option("adminUrl", "http://broker:8080").option("topic", t).load()
+
+Spark 4's Python data source API (``pyspark.sql.datasource``). Planning runs once, on the driver
+(``MagnetarReader.partitions``): the admin API names the ledgers of every partition topic and the
+bookies holding them (``topic_plan``), the pushed-down filters drop what cannot match
+(``pushdown``), and each remaining ledger range becomes one ``InputPartition``. Each Spark task then
+reads its range from the bookies over TCP (``ledger_reads``: a replica of each entry's write set,
+CRC-checked, failing over to another replica) and decodes the entries into rows (``rows``), handed
+to Spark as Arrow record batches. The brokers are asked only for metadata, never for the data.
+
+Options: ``adminUrl`` (required); one of ``topic`` / ``topics`` (comma-separated) / ``namespace``;
+``startAfter`` and ``endAt`` (JSON ``{partition topic: "ledger:entry"}``, exclusive / inclusive);
+``entriesPerPartition`` (default 5000); ``publishTimeSlackMs`` (see ``pushdown``, default 1000).
+Rows are durable ones only: up to each topic's ``lastConfirmedEntry`` when the read was planned.
+
+Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (Spark refuses a reader
+that implements ``pushFilters`` otherwise); ``enable_pushdown(spark)`` sets it, and the sessions
+of ``magnetar.jobs.session`` should call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from magnetar.jobs.admin_client import AdminClient
+from magnetar.jobs.ledger_reads import RangeReader
+from magnetar.jobs.pushdown import DEFAULT_PUBLISH_TIME_SLACK_MS, Pushed, prune, take_filters
+from magnetar.jobs.rows import COLUMNS, RowColumns
+from magnetar.jobs.topic_plan import (
+    DEFAULT_ENTRIES_PER_RANGE,
+    LedgerRange,
+    ReadPlan,
+    parse_positions,
+    plan_reads,
+    resolve_topics,
+)
+
+FORMAT = "magnetar"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+# Rows per Arrow batch handed to Spark: big enough to amortise the per-batch cost, small enough
+# to stream a range of large messages without holding it all in memory.
+ROWS_PER_BATCH = 8192
+
+SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("ledger_id", LongType()),
+        StructField("entry_id", LongType()),
+        StructField("batch_index", IntegerType()),
+        StructField("publish_time", TimestampType()),
+        StructField("event_time", TimestampType()),
+        StructField("key", StringType()),
+        StructField("properties", MapType(StringType(), StringType())),
+        StructField("payload", BinaryType()),
+        StructField("producer_name", StringType()),
+        StructField("sequence_id", LongType()),
+    ]
+)
+assert tuple(SCHEMA.fieldNames()) == COLUMNS
+
+
+def enable_pushdown(spark: Any) -> Any:
+    """Let Spark push filters to Python data sources (off by default in Spark 4); returns ``spark``."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    return spark
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """One Spark task: one ledger range (``None`` only for the placeholder of an empty read)."""
+
+    range: LedgerRange | None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The options of one read, checked when the reader is made (before any network call)."""
+
+    admin_url: str
+    topic: str | None
+    topics: str | None
+    namespace: str | None
+    start_after: dict[str, tuple[int, int]]
+    end_at: dict[str, tuple[int, int]]
+    entries_per_partition: int
+    publish_time_slack_ms: int
+
+    @classmethod
+    def parse(cls, options: Any) -> ReadOptions:
+        def opt(name: str) -> str | None:
+            value = options.get(name)
+            return None if value is None or str(value).strip() == "" else str(value)
+
+        admin_url = opt("adminUrl")
+        if admin_url is None:
+            raise ValueError("the magnetar source needs the option adminUrl (a broker's http://host:port)")
+        chosen = [n for n in ("topic", "topics", "namespace") if opt(n) is not None]
+        if len(chosen) != 1:
+            raise ValueError("the magnetar source needs exactly one of the options topic, topics, namespace")
+        try:
+            per_partition = int(opt("entriesPerPartition") or DEFAULT_ENTRIES_PER_RANGE)
+            slack = int(opt("publishTimeSlackMs") or DEFAULT_PUBLISH_TIME_SLACK_MS)
+        except ValueError as exc:
+            raise ValueError(f"entriesPerPartition and publishTimeSlackMs are integers: {exc}") from None
+        if per_partition < 1:
+            raise ValueError("entriesPerPartition must be at least 1")
+        return cls(
+            admin_url=admin_url,
+            topic=opt("topic"),
+            topics=opt("topics"),
+            namespace=opt("namespace"),
+            start_after=parse_positions(opt("startAfter"), "startAfter"),
+            end_at=parse_positions(opt("endAt"), "endAt"),
+            entries_per_partition=per_partition,
+            publish_time_slack_ms=slack,
+        )
+
+
+class MagnetarDataSource(DataSource):
+    """``format("magnetar")``: a batch read of topics (see the module docstring for the options)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> MagnetarReader:
+        if schema != SCHEMA:
+            raise ValueError(f"the magnetar source has a fixed schema ({SCHEMA.simpleString()}), not {schema}")
+        return MagnetarReader(ReadOptions.parse(self.options))
+
+
+class MagnetarReader(DataSourceReader):
+    """Plans (driver) and reads (executors) one ``load()``; pickled to the executors, so plain data."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.pushed = Pushed(slack_ms=options.publish_time_slack_ms)
+
+    def pushFilters(self, filters: list[Any]) -> Any:
+        return list(take_filters(filters, self.pushed))
+
+    def plan(self) -> ReadPlan:
+        """The read plan before pushdown (the export uses the same ``plan_reads``)."""
+        o = self.options
+        admin = AdminClient(o.admin_url)
+        topics = resolve_topics(admin, topic=o.topic, topics=o.topics, namespace=o.namespace)
+        return plan_reads(
+            admin, topics, start_after=o.start_after, end_at=o.end_at, entries_per_range=o.entries_per_partition
+        )
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges = prune(self.plan().ranges, self.pushed)
+        if not ranges:
+            return [RangePartition(None)]  # Spark wants at least one partition; it reads nothing
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        rng = getattr(partition, "range", None)
+        if rng is None:
+            return iter(())
+        keep = self.pushed.keep_entry if self.pushed.filters_entries else None
+        return read_range_batches(rng, keep=keep)
+
+
+def read_range_batches(rng: LedgerRange, *, keep: Any = None, rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[Any]:
+    """The rows of ``rng`` as ``pyarrow.RecordBatch``es, streamed window by window.
+
+    A fresh event loop per range (``asyncio.Runner``): a Spark task runs in a Python worker that
+    may be reused for other tasks, so nothing of one read's loop or connections may outlive it.
+    """
+    with asyncio.Runner() as runner:
+        reader = RangeReader(rng)
+        cols = RowColumns(rng.topic, rng.partition, rng.ledger_id, keep=keep)
+        try:
+            for lo, hi in reader.windows():
+                for entry in runner.run(reader.read_window(lo, hi)):
+                    cols.add(entry)
+                if len(cols) >= rows_per_batch:
+                    yield cols.flush()
+            if len(cols):
+                yield cols.flush()
+        finally:
+            runner.run(reader.close())
