@@ -37,7 +37,10 @@ from magnetar.broker.internal_stats import add_internal_stats_route
 from magnetar.broker.non_persistent_admin import add_non_persistent_routes
 from magnetar.broker.policies import POLICY_ENDPOINTS, PolicyError, unenforced
 from magnetar.broker.resources import Conflict
+from magnetar.broker.subscription import Subscription
+from magnetar.broker.trim_admin import add_trim_route
 from magnetar.metadata import paths
+from magnetar.protocol import commands as c
 from magnetar.protocol.errors import (
     AlreadyExists,
     InvalidCommand,
@@ -173,6 +176,7 @@ class AdminServer:
         add_non_persistent_routes(self.app, self)  # /admin/v2/non-persistent/...: non_persistent_admin.py
         add_compaction_routes(self.app, self)  # .../{topic}/compaction: compaction/admin.py
         add_internal_stats_route(self.app, self)  # .../{topic}/internalStats: internal_stats.py
+        add_trim_route(self.app, self)  # POST .../{topic}/trim: trim_admin.py
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
@@ -197,6 +201,8 @@ class AdminServer:
         r.add_get(base + "/{topic}/stats", self.topic_stats)
         r.add_put(base + "/{topic}/unload", self.unload_topic)
         sub = base + "/{topic}/subscription/{sub}"
+        r.add_put(sub, self.create_subscription)
+        r.add_delete(sub, self.delete_subscription)
         r.add_post(sub + "/resetcursor/{timestamp}", self.reset_cursor_to_time)
         r.add_post(sub + "/resetcursor", self.reset_cursor_to_message_id)
         r.add_post(sub + "/skip/{count}", self.skip_messages)
@@ -596,6 +602,43 @@ class AdminServer:
 
         targets = await self._each_topic(request, partitioned="one", partition=partition)
         return await self._on_subscriptions(request, targets, run, raw)
+
+    async def create_subscription(self, request: web.Request) -> web.StreamResponse:
+        """Pulsar's createSubscription: a durable subscription with no consumer, its first message
+        the body's message id (``{"ledgerId": -1, "entryId": -1}`` the earliest; no body: the
+        latest). On a partitioned topic, one per partition; 409 where it already exists."""
+        raw = await request.read()
+        body = json.loads(raw) if raw.strip() else {"ledgerId": sa.LATEST_ID, "entryId": sa.LATEST_ID}
+        try:
+            ledger, entry = int(body["ledgerId"]), int(body["entryId"])
+        except (KeyError, TypeError, ValueError):
+            raise InvalidCommand(f"invalid message id {body!r}: ledgerId and entryId are integers") from None
+        sub_name = request.match_info["sub"]
+
+        async def run(topic: Any) -> None:
+            if sub_name in topic.subscriptions:
+                raise AlreadyExists(f"Subscription {sub_name} already exists for topic {topic.name}")
+            cursor = await topic.ml.open_cursor(sub_name, start_at_earliest=True)
+            sub = Subscription(topic.name, topic.ml, cursor, c.SUB_EXCLUSIVE)  # as a restart restores it
+            topic.subscriptions[sub_name] = sub
+            topic.rate_limits.attach(sub)
+            if ledger >= 0:
+                await sa.reset_to_message_id(sub, ledger, entry)
+
+        return await self._on_subscriptions(request, await self._each_topic(request), run, raw)
+
+    async def delete_subscription(self, request: web.Request) -> web.StreamResponse:
+        """Pulsar's deleteSubscription: 412 while consumers are connected, unless ``?force=true``."""
+        sub_name = request.match_info["sub"]
+        force = _force(request)
+
+        async def run(topic: Any) -> None:
+            sub = sa.subscription_of(topic, sub_name)
+            if sub.dispatcher.consumers and not force:
+                raise PolicyError("Subscription has active connected consumers", 412)
+            await topic.unsubscribe(sub_name)
+
+        return await self._on_subscriptions(request, await self._each_topic(request), run)
 
     async def skip_messages(self, request: web.Request) -> web.StreamResponse:
         count = _int_param(request, "count")

@@ -50,6 +50,8 @@ async def internal_stats_of(topic: CompactedTopic, *, metadata: bool = False) ->
             "ledgerId": lid,
             "entries": info.entries,
             "size": info.size,
+            # Not in Pulsar's LedgerInfo: messages (a batch entry holds many), for the sweep's report.
+            "messages": ml.messages_in(lid),
             # When the ledger was closed, in epoch ms (0 for the one being written), as Pulsar's.
             "timestamp": int(info.closed_at * 1000),
             "offloaded": False,

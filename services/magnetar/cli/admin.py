@@ -430,6 +430,8 @@ def run(args: argparse.Namespace) -> Any:
             return request(url, "GET", path + "/stats")
         if a == "unload":
             return request(url, "PUT", path + "/unload")
+        if a == "trim-topic":
+            return request(url, "POST", path + "/trim")
         if a == "lookup":
             return request(url, "GET", f"/lookup/v2/topic/{TopicName.parse(args.name).domain}/{_topic_path(args.name)}")
         if a == "partitioned-stats":
@@ -512,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp = tp.add_parser(verb)
         sp.add_argument("name")
         sp.add_argument("-p", "--partitions", type=int, required=True)
+    tp.add_parser("trim-topic", help="delete now the ledgers retention no longer keeps").add_argument(
+        "name", help="topic name"
+    )
     sp = tp.add_parser("reset-cursor", help="move a subscription to a time or a message id")
     sp.add_argument("name", help="topic name")
     sp.add_argument("-s", "--subscription", required=True)

@@ -42,6 +42,7 @@ from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.counts import LedgerCounts
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.position import EARLIEST, Position
+from magnetar.managed_ledger.retention_rule import removable_ledgers, slowest_position
 from magnetar.metadata import paths
 from magnetar.metadata.store import ANY_VERSION, MUST_NOT_EXIST, MetadataStore
 from magnetar.protocol.errors import AlreadyClosed, BadVersion, NotFound, PersistenceError
@@ -296,6 +297,15 @@ class ManagedLedger:
         if info is None or counts is None or not 0 <= pos.entry_id < info.entries:
             return 0
         return counts.of_entry(pos.entry_id)
+
+    def messages_in(self, ledger_id: int) -> int:
+        """Messages held by ledger ``ledger_id`` (0 when it is not one of ours): internal stats
+        show it per ledger, so that a retention report counts messages, not only entries."""
+        info = self._infos.get(ledger_id)
+        if info is None:
+            return 0
+        counts = self._counts.get(ledger_id) or LedgerCounts.uniform(info.entries)
+        return counts.upto(info.entries - 1)
 
     def messages_after(self, pos: Position) -> int:
         """Messages in the stored entries strictly after ``pos`` (backlog arithmetic)."""
@@ -640,32 +650,18 @@ class ManagedLedger:
         (Pulsar does the same: without subscriptions or retention, data does not outlive its
         ledger). The ledger being written is never trimmed.
         """
-        current = self._current.ledger_id if self._current is not None else None
-        if self.cursors:
-            slowest = min(c.mark_delete for c in self.cursors.values())
-        else:
-            slowest = self.last_confirmed
-        kept = self.retain_from() if self.retain_from is not None else None
-        if kept is not None and kept < slowest:
-            slowest = kept  # a feature re-reads from there (``retain_from``)
-        now = time.time() if now is None else now
-        size_limit = self.config.retention_mb * 1024 * 1024
-        time_limit = self.config.retention_minutes * 60
-        total = self.total_size
-        doomed: list[int] = []
-        deleted = 0
-        for lid in self._ids:
-            info = self._infos[lid]
-            consumed = lid < slowest.ledger_id or (lid == slowest.ledger_id and slowest.entry_id >= info.entries - 1)
-            if lid == current or not consumed:
-                break
-            deleted += info.size
-            over_size = self.config.retention_mb >= 0 and total - deleted >= size_limit
-            expired = self.config.retention_minutes >= 0 and now - info.closed_at > time_limit
-            if not (over_size or expired or info.entries == 0):
-                break
-            doomed.append(lid)
-        return doomed
+        # The rule itself is ``retention_rule.py``, shared with the Spark retention sweep's report.
+        kept = self.retain_from() if self.retain_from is not None else None  # a feature re-reads from there
+        slowest = slowest_position((c.mark_delete for c in self.cursors.values()), kept, self.last_confirmed)
+        removals = removable_ledgers(
+            [self._infos[lid] for lid in self._ids],
+            current=self._current.ledger_id if self._current is not None else None,
+            slowest=slowest,
+            now=time.time() if now is None else now,
+            retention_minutes=self.config.retention_minutes,
+            retention_mb=self.config.retention_mb,
+        )
+        return [r.ledger_id for r in removals]
 
     def schedule_trim(self, now: float | None = None) -> None:
         """Trim in the background if retention allows (after an ack, a roll-over, a policy
@@ -675,6 +671,16 @@ class ManagedLedger:
         if len(self._ids) < 2 or not self.trimmable(now):
             return
         self._trim_task = asyncio.get_running_loop().create_task(self.trim(now))
+
+    async def trim_now(self, now: float | None = None) -> list[int]:
+        """Trim at once what retention allows (the admin ``trim`` verb), after a background trim
+        that is running: two trims at a time would race on the ledger list's compare-and-set."""
+        if self._closed:
+            raise AlreadyClosed(f"managed ledger {self.name} is closed")
+        while self._trim_task is not None and not self._trim_task.done():
+            await asyncio.gather(asyncio.shield(self._trim_task), return_exceptions=True)
+        self._trim_task = asyncio.get_running_loop().create_task(self.trim(now))
+        return await asyncio.shield(self._trim_task)
 
     async def trim(self, now: float | None = None) -> list[int]:
         """Delete trimmable ledgers: metadata first (so nothing points at a deleted ledger),

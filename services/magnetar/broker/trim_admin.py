@@ -1,0 +1,45 @@
+"""Pulsar's ``trimTopic``: ``POST /admin/v2/persistent/{tenant}/{namespace}/{topic}/trim``.
+
+``pulsar-admin topics trim-topic`` asks the topic's owner to delete now the ledgers that retention
+no longer keeps (``ManagedLedger.trim_now``: the same rule as the background trimming,
+``managed_ledger/retention_rule.py``), instead of waiting for the next acknowledgement, roll-over or
+``retentionCheckIntervalInSeconds``. On a partitioned topic every partition is trimmed, as Pulsar
+does; each partition on its own owner. The answer is 204 with no body, as Pulsar's.
+
+The retention sweep (``magnetar.jobs.retention_sweep``) applies its report through this route, so
+that the brokers remain the only writers of the log. The broker's ``clock`` is the time the rule
+uses, as in its periodic retention check (a test may move it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from magnetar.protocol.errors import TopicNotFound
+
+PATH = "/admin/v2/persistent/{tenant}/{ns}/{topic}/trim"
+
+
+def add_trim_route(app: web.Application, admin: Any) -> None:
+    """Register before the ``.../{topic}/{policy}`` catch-all. ``admin`` is the ``admin.AdminServer``
+    (its topic parsing and forwarding to the owner; untyped here to keep the modules acyclic)."""
+
+    async def trim(request: web.Request) -> web.StreamResponse:
+        name = admin._topic(request)
+        res = admin.service.resources
+        partitions = await res.partitions(name)
+        if not partitions and not await res.topic_exists(name):
+            raise TopicNotFound(f"Topic {name} not found")
+        targets = [name.partition(i) for i in range(partitions)] if partitions else [name]
+        for target in targets:
+            remote = await admin._call_owner(target, "POST", f"/admin/v2/persistent/{target.path}/trim")
+            if remote is not None:
+                admin._raise_for(remote)
+                continue
+            topic = await admin.service.get_topic(target, create=False)
+            await topic.ml.trim_now(admin.service.clock())
+        return web.Response(status=204)
+
+    app.router.add_post(PATH, trim)
