@@ -1,0 +1,125 @@
+"""The jobs' entry point for ``spark-submit``: ``python -m magnetar.jobs.main export|retention-sweep ...``.
+
+A SparkApplication's ``mainApplicationFile`` names this file (or the module), and its
+``arguments`` are the command line below; master, executors and resources come from
+``spark-submit``, so the session is ``cluster_session``. ``magnetar-jobs`` (``cli/jobs.py``) parses
+the same command line and runs it on a local Spark instead.
+
+Every run ends with one line ``MAGNETAR_RESULT {json}`` on stdout (the operator reads it from the
+driver's log to fill the owner's status: rows, bytes, ...) and exit code 0; a failed run prints
+the error on stderr and exits 1, with no result line.
+
+    python -m magnetar.jobs.main export --admin-url http://broker:8080 \
+        --topic persistent://public/default/orders --target s3a://bucket/orders [--name orders]
+    python -m magnetar.jobs.main retention-sweep --admin-url http://broker:8080 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+RESULT_PREFIX = "MAGNETAR_RESULT "
+SessionFactory = Callable[[str], Any]
+
+
+def add_export_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--admin-url", required=True, help="a broker's admin URL, e.g. http://localhost:8080")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--topic", help="a topic (a partitioned topic means all its partitions)")
+    what.add_argument("--topics", help="several topics, comma-separated")
+    what.add_argument("--namespace", help="tenant/namespace: every persistent topic in it")
+    p.add_argument("--target", required=True, help="where the Parquet files go: a path or a Hadoop FS URL")
+    p.add_argument(
+        "--name",
+        default="export",
+        help="the export's name; its progress is the subscription magnetar-export-<name> (default: export)",
+    )
+    p.add_argument("--entries-per-partition", type=int, default=5000, help="entries per Spark input partition")
+
+
+def build_parser(prog: str, *, common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The ``export`` and ``retention-sweep`` subcommands; ``common`` adds options to both."""
+    parents = [common] if common is not None else []
+    parser = argparse.ArgumentParser(prog=prog, description="Magnetar's Spark jobs: topic export and retention sweep.")
+    subs = parser.add_subparsers(dest="job", required=True)
+    export = subs.add_parser(
+        "export", parents=parents, help="export topics to Parquet, partitioned by publish date (incremental)"
+    )
+    add_export_arguments(export)
+    sweep = subs.add_parser(
+        "retention-sweep", parents=parents, help="report (and with --apply, trim) what retention and TTL allow"
+    )
+    # Imported here, not at the top: run as a file, this module scrubs its folder from sys.path
+    # first (see the end of the file).
+    from magnetar.jobs import retention_sweep
+
+    retention_sweep.add_arguments(sweep)
+    return parser
+
+
+def app_name(args: argparse.Namespace) -> str:
+    return f"magnetar-export-{args.name}" if args.job == "export" else "magnetar-retention-sweep"
+
+
+def run_job(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Run the job ``args`` names on ``spark``; its ``MAGNETAR_RESULT`` document."""
+    if args.job == "export":
+        from magnetar.jobs.export import export
+
+        result = export(
+            spark,
+            args.admin_url,
+            target=args.target,
+            name=args.name,
+            topic=args.topic,
+            topics=args.topics,
+            namespace=args.namespace,
+            entries_per_partition=args.entries_per_partition,
+        )
+        return result.summary()
+    from magnetar.jobs import retention_sweep
+
+    doc = dict(retention_sweep.run_from_args(spark, args))
+    doc.setdefault("job", "retention-sweep")
+    return doc
+
+
+def execute(args: argparse.Namespace, session: SessionFactory) -> int:
+    """Start a session, run the job, print ``MAGNETAR_RESULT``; 0 on success, 1 on failure."""
+    try:
+        spark = session(app_name(args))  # registers the source, with filter pushdown on
+    except Exception as exc:
+        print(f"{args.job}: cannot start Spark: {exc}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        doc = run_job(spark, args)
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"{args.job} failed: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        spark.stop()
+    print(RESULT_PREFIX + json.dumps(doc, sort_keys=True), flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from magnetar.jobs.session import cluster_session
+
+    args = build_parser("magnetar.jobs.main").parse_args(argv)
+    return execute(args, cluster_session)
+
+
+if __name__ == "__main__":
+    # Run as a file (a SparkApplication's mainApplicationFile), this folder is sys.path[0], where
+    # the sibling modules (session.py, source.py, ...) could shadow top-level modules of the same
+    # name: the package is imported by its full name instead.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    sys.exit(main())
