@@ -87,8 +87,13 @@ def write(
     generation: int | None,
     **fields: Any,
 ) -> None:
-    """Put conditions, observedGeneration and extra status fields into kopf's status patch."""
-    patch_status["conditions"] = merge(status.get("conditions"), updates, generation=generation)
+    """Put conditions, observedGeneration and extra status fields into kopf's status patch.
+
+    Conditions another handler of the same pass already put into the patch are kept: kopf
+    applies one patch per pass, and its `conditions` list replaces the stored one as a whole.
+    """
+    base = patch_status.get("conditions") or status.get("conditions")
+    patch_status["conditions"] = merge(base, updates, generation=generation)
     if generation is not None:
         patch_status["observedGeneration"] = generation
     for key, value in fields.items():

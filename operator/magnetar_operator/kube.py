@@ -66,6 +66,16 @@ def mutable_part(desired: Mapping[str, Any]) -> dict[str, Any]:
     return patch
 
 
+def connect_api_client() -> Any:
+    """An API client with in-cluster credentials when running in a pod, else the kubeconfig
+    (KUBECONFIG)."""
+    try:
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
+    return k8s_client.ApiClient()
+
+
 class Kube:
     """A thin, thread-safe wrapper over the dynamic client for the few kinds the operator owns."""
 
@@ -78,12 +88,7 @@ class Kube:
 
     @classmethod
     def connect(cls) -> Kube:
-        """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
-        try:
-            k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
-        return cls(k8s_client.ApiClient())
+        return cls(connect_api_client())
 
     def _resource(self, api_version: str, kind: str) -> Any:
         key = (api_version, kind)

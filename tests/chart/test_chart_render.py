@@ -152,6 +152,7 @@ def test_image_tag_changes_every_magnetar_image_and_nothing_else() -> None:
     assert places == {
         ("Deployment/magnetar-operator", ".spec.template.spec.containers[operator].image"),
         ("Deployment/magnetar-operator", ".spec.template.spec.containers[operator].env[MAGNETAR_BROKER_IMAGE].value"),
+        ("Deployment/magnetar-operator", ".spec.template.spec.containers[operator].env[MAGNETAR_SPARK_IMAGE].value"),
         ("StatefulSet/magnetar-etcd", ".spec.template.spec.containers[etcd].image"),
         ("BookieEnsemble/magnetar-bookie", ".spec.image"),
         ("Job/magnetar-uninstall", ".spec.template.spec.containers[uninstall].image"),
@@ -231,6 +232,7 @@ def test_rendered_configs_use_only_keys_the_servers_know() -> None:
 # ----------------------------------------------------------------------------- RBAC
 #: The operator's permissions, exactly (see the table in templates/operator-rbac.yaml).
 KINDS = ("tenants", "namespaces", "topics", "bookieensembles")
+SPARK_KINDS = ("sparkapplications", "scheduledsparkapplications")
 OPERATOR_CLUSTER_RULES = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
     **{("magnetar.dev", kind): {"list", "watch", "patch"} for kind in KINDS},
@@ -244,6 +246,15 @@ OPERATOR_CLUSTER_RULES = {
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "delete"},
     ("", "pods"): {"get", "list", "delete"},
+    # Spark jobs (spark_resources.py, spark_submitter.py, spark_status.py)
+    **{("magnetar.dev", kind): {"get", "list", "watch", "patch"} for kind in ("tenants", "namespaces", "topics")},
+    ("magnetar.dev", "topics/finalizers"): {"update"},
+    ("magnetar.dev", "namespaces/finalizers"): {"update"},
+    **{("sparkoperator.k8s.io", k): {"get", "list", "create", "patch", "delete"} for k in SPARK_KINDS},
+    **{("sparkoperator.k8s.io", f"{k}/status"): {"patch"} for k in SPARK_KINDS},
+    **{("sparkoperator.k8s.io", f"{k}/finalizers"): {"update"} for k in SPARK_KINDS},
+    ("batch", "jobs"): {"get", "create"},
+    ("", "pods/log"): {"get"},
 }
 
 
@@ -272,7 +283,7 @@ def test_operator_namespaced_role_reads_only_its_own_deployment() -> None:
 def test_no_role_has_wildcards_or_secrets() -> None:
     docs = render("--set", "persistence.keepClaimsOnUninstall=false")
     roles = [d for d in docs if d["kind"] in {"Role", "ClusterRole"}]
-    assert len(roles) == 4  # operator ClusterRole + Role, uninstall and cleanup hook Roles
+    assert len(roles) == 5  # operator ClusterRole + Role, Spark drivers' Role, uninstall and cleanup hook Roles
     for role in roles:
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs"):

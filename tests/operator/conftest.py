@@ -99,6 +99,8 @@ def operator(
             "MAGNETAR_BROKER_NAMESPACE": POOL_NAMESPACE,
             "MAGNETAR_BROKER_REPLICAS": "2",
             "MAGNETAR_BROKER_IMAGE": "localhost/magnetar-broker:test",
+            # the Spark job submitter and status mirroring (spark_resources.py) pass every second
+            "MAGNETAR_SPARK_POLL_INTERVAL": "1",
         },
     )
     op.start()

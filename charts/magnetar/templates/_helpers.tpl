@@ -64,6 +64,16 @@ helm.sh/chart: {{ include "magnetar.chart" .ctx }}
 {{- printf "%s:%s" .Values.operator.image.repository (include "magnetar.imageTag" .) -}}
 {{- end -}}
 
+{{/* The Spark image (topic exports, retention sweeps): spark.image.tag, else the Magnetar tag. */}}
+{{- define "magnetar.sparkImage" -}}
+{{- printf "%s:%s" .Values.spark.image.repository (.Values.spark.image.tag | default (include "magnetar.imageTag" .)) -}}
+{{- end -}}
+
+{{/* The Spark drivers' service account: spark.serviceAccount, else <fullname>-spark. */}}
+{{- define "magnetar.spark.serviceAccount" -}}
+{{- .Values.spark.serviceAccount | default (printf "%s-spark" (include "magnetar.fullname" .)) -}}
+{{- end -}}
+
 {{/* Object names. */}}
 {{- define "magnetar.etcd.fullname" -}}{{ include "magnetar.fullname" . }}-etcd{{- end -}}
 {{- define "magnetar.etcd.headless" -}}{{ include "magnetar.fullname" . }}-etcd-headless{{- end -}}
