@@ -76,6 +76,14 @@ def release(cluster: Cluster, images: Images) -> Release:
     return rel
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Uninstalling ends the session's release, so the e2e uninstall tests run last: the tests of
+    files collected after the main one (the Spark export) use the release before it goes."""
+    last = [i for i in items if i.name.startswith("test_uninstall") and Path(i.path).parent == Path(__file__).parent]
+    if last:
+        items[:] = [i for i in items if i not in last] + last
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the figures the suite measured (install time, recovery times...)."""
     if FIGURES:
