@@ -221,6 +221,35 @@ def test_admin_cli_subscription_verbs(
     assert "Subscription nope not found" in capsys.readouterr().err
 
 
+def test_admin_cli_create_subscription_stats_internal_and_unsubscribe(
+    standalone: StandaloneProcess, topic: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pulsar-admin's ``create-subscription`` (latest by default, or ``-m earliest``),
+    ``stats-internal [-m]`` (the cursors, and each ledger's ensembles with ``-m``) and
+    ``unsubscribe``."""
+    with session(standalone.service_url) as wire:
+        open_producer(wire, topic)
+        send(wire, 0, rec(b"a", 0), rec(b"b", 1))
+    url = ["--admin-url", standalone.admin_url]
+    assert admin_main([*url, "topics", "create-subscription", topic, "-s", "late"]) == 0
+    assert admin_main([*url, "topics", "create-subscription", topic, "-s", "early", "-m", "earliest"]) == 0
+    assert backlog(standalone, topic, "late") == 0
+    assert backlog(standalone, topic, "early") == 2
+    capsys.readouterr()
+    assert admin_main([*url, "topics", "create-subscription", topic, "-s", "early"]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert admin_main([*url, "topics", "stats-internal", topic]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert set(stats["cursors"]) == {"late", "early"}
+    assert "metadata" not in stats["ledgers"][-1]
+    assert admin_main([*url, "topics", "stats-internal", topic, "-m"]) == 0
+    ledger = json.loads(capsys.readouterr().out)["ledgers"][-1]
+    assert ledger["metadata"]["ensembles"][0]["bookies"], ledger
+    assert admin_main([*url, "topics", "unsubscribe", topic, "-s", "late"]) == 0
+    status, body = call(standalone, "GET", f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/stats")
+    assert status == 200 and set(body["subscriptions"]) == {"early"}, body
+
+
 # ------------------------------------------------------------------------------------ cluster
 
 

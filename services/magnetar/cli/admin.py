@@ -432,6 +432,8 @@ def run(args: argparse.Namespace) -> Any:
             return request(url, "PUT", path + "/unload")
         if a == "trim-topic":
             return request(url, "POST", path + "/trim")
+        if a == "stats-internal":
+            return request(url, "GET", path + "/internalStats" + ("?metadata=true" if args.metadata else ""))
         if a == "lookup":
             return request(url, "GET", f"/lookup/v2/topic/{TopicName.parse(args.name).domain}/{_topic_path(args.name)}")
         if a == "partitioned-stats":
@@ -456,6 +458,10 @@ def run(args: argparse.Namespace) -> Any:
         if a == "peek-messages":
             _peek(url, sub, args.count)
             return None
+        if a == "create-subscription":
+            return request(url, "PUT", sub, message_id_body(args.message_id, False))
+        if a == "unsubscribe":
+            return request(url, "DELETE", sub + force)
     raise SystemExit(f"unknown command {g} {a}")
 
 
@@ -517,6 +523,19 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_parser("trim-topic", help="delete now the ledgers retention no longer keeps").add_argument(
         "name", help="topic name"
     )
+    sp = tp.add_parser("stats-internal", help="the topic's internal stats: ledgers, cursors")
+    sp.add_argument("name", help="topic name")
+    sp.add_argument("-m", "--metadata", action="store_true", help="include each ledger's metadata (ensembles)")
+    sp = tp.add_parser("create-subscription", help="create a durable subscription without a consumer")
+    sp.add_argument("name", help="topic name")
+    sp.add_argument("-s", "--subscription", required=True)
+    sp.add_argument(
+        "-m", "--messageId", dest="message_id", default="latest", help="ledgerId:entryId, earliest or latest (default)"
+    )
+    sp = tp.add_parser("unsubscribe", help="delete a subscription")
+    sp.add_argument("name", help="topic name")
+    sp.add_argument("-s", "--subscription", required=True)
+    sp.add_argument("-f", "--force", action="store_true", help="even with connected consumers")
     sp = tp.add_parser("reset-cursor", help="move a subscription to a time or a message id")
     sp.add_argument("name", help="topic name")
     sp.add_argument("-s", "--subscription", required=True)
