@@ -8,6 +8,8 @@ producers and consumers after a drop) is tested against the fake broker in
 
 from __future__ import annotations
 
+import urllib.request
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +26,11 @@ from .wire import Wire, session
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     yield from two_broker_cluster(tmp_path_factory, "cluster")
+
+
+def _put(url: str) -> int:
+    with urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=30) as resp:
+        return int(resp.status)
 
 
 def _lookup(url: str, topic: str) -> tuple[str, bool]:
@@ -91,10 +98,18 @@ def test_r28_backoff_jitter_shortens_each_delay_by_at_most_a_tenth() -> None:
 def test_http_lookup_names_the_owner_from_either_broker(cluster: LocalCluster, topic: str) -> None:
     """Pulsar's HTTP lookup: each broker answers with the one owner, the same one the binary lookup
     names. Broker 0 is asked first, while the topic is unowned: for a topic placed on broker 1 it
-    must ask broker 1 for it (fresh topics are tried until one is placed there)."""
+    must ask broker 1 for it (fresh topics are tried until one is placed there).
+
+    Each try is a topic in a namespace of its own: placement hashes the bundle (namespace and hash
+    range) with the broker ids, and a namespace has only 4 bundles, so topics of one namespace all
+    landed on broker 0 one time in 16 (the brokers' ids are their random ports). Sixteen namespaces
+    make that 1 in 65,536."""
     service = [normalize_url(cluster.broker_address(i).service_url) for i in range(2)]
     for n in range(16):
-        name = f"{topic}-{n}"
+        namespace = f"lookup-{uuid.uuid4().hex[:8]}"
+        status = _put(cluster.admin_urls[0] + f"/admin/v2/namespaces/public/{namespace}")
+        assert status == 204, status
+        name = f"persistent://public/{namespace}/{topic.rsplit('/', 1)[1]}-{n}"
         path = "/lookup/v2/topic/persistent/" + name.removeprefix("persistent://")
         answers = [cluster.admin_get(path, broker=i) for i in (0, 1, 0)]
         owners = {normalize_url(a["brokerUrl"]) for a in answers}
