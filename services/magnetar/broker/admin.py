@@ -22,6 +22,7 @@ import datetime
 import json
 import logging
 import re
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from magnetar.broker import subscription_admin as sa
 from magnetar.broker.admin_bookies import add_bookie_routes
+from magnetar.broker.auth.http import auth_middleware, outgoing_headers
+from magnetar.broker.auth.providers import authentication_for
 from magnetar.broker.compaction.admin import add_compaction_routes
 from magnetar.broker.internal_stats import add_internal_stats_route
 from magnetar.broker.non_persistent_admin import add_non_persistent_routes
@@ -148,9 +151,13 @@ def peek_headers(msg: sa.PeekedMessage) -> dict[str, str]:
 class AdminServer:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
-        self.app = web.Application(middlewares=[errors_middleware])
+        # Authentication first (broker/auth/http.py): nothing runs for a refused request.
+        config = service.config
+        authn = auth_middleware(authentication_for(service, config), config.authenticate_metrics_endpoint)
+        self.app = web.Application(middlewares=[authn, errors_middleware])
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.port_tls: int | None = None
         self._routes()
 
     async def start(self, host: str, port: int) -> None:
@@ -161,6 +168,17 @@ class AdminServer:
         server = site._server
         assert server is not None
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def start_tls(self, host: str, port: int, ssl_context: ssl.SSLContext) -> None:
+        """Serve the same app with HTTPS on ``port`` too (webServicePortTls; ``node/tls.py``)."""
+        if self._runner is None:
+            self._runner = web.AppRunner(self.app, access_log=None)
+            await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True, ssl_context=ssl_context)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port_tls = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -315,13 +333,13 @@ class AdminServer:
             return None
         return await self._proxy(method, url + path, body)
 
-    @staticmethod
-    async def _proxy(method: str, url: str, body: bytes = b"") -> web.Response:
+    async def _proxy(self, method: str, url: str, body: bytes = b"") -> web.Response:
         """Ask another broker's admin API and hand its answer back as is (body, content type
-        and Pulsar's ``X-Pulsar-*`` headers)."""
+        and Pulsar's ``X-Pulsar-*`` headers), with the caller's credentials (auth/http.py)."""
+        headers = {"Content-Type": "application/json", **outgoing_headers(self.service.config)}
         async with (
             aiohttp.ClientSession() as session,
-            session.request(method, url, data=body or None, headers={"Content-Type": "application/json"}) as resp,
+            session.request(method, url, data=body or None, headers=headers) as resp,
         ):
             payload = await resp.read()
             headers = {k: v for k, v in resp.headers.items() if k.lower().startswith("x-pulsar-")}

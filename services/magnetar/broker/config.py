@@ -11,8 +11,8 @@ from magnetar.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 @dataclass(slots=True)
 class BrokerConfig:
     host: str = "127.0.0.1"
-    port: int = 6650
-    web_port: int = 8080
+    port: int | None = 6650
+    web_port: int | None = 8080
     advertised_address: str | None = None
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     # managedLedgerDefaultEnsembleSize / WriteQuorum / AckQuorum
@@ -41,6 +41,36 @@ class BrokerConfig:
     compaction_monitor_interval: float = 60.0
     compaction_threshold: int = 0
     topic_compaction_retain_null_key: bool = False
+    # Authentication (broker/auth/), Pulsar's names: off by default. ``authentication_providers``
+    # holds "token" (or Pulsar's AuthenticationProviderToken class name); the token keys are
+    # ``file:///path``, ``data:;base64,...`` or a path; the role is the ``token_auth_claim`` claim.
+    # ``super_user_roles`` is kept for authorization, which does not exist yet (any valid token
+    # may do anything). The broker's own credentials (``token:<jwt>`` or ``file:///path``) go on
+    # the calls it makes to other brokers when no caller's credentials are at hand.
+    authentication_enabled: bool = False
+    authentication_providers: list[str] = field(default_factory=list)
+    token_secret_key: str | None = None
+    token_public_key: str | None = None
+    token_auth_claim: str = "sub"
+    token_public_alg: str = "RS256"
+    super_user_roles: list[str] = field(default_factory=list)
+    broker_client_authentication_plugin: str | None = None
+    broker_client_authentication_parameters: str | None = None
+    authentication_refresh_check_seconds: float = 60.0
+    authenticate_metrics_endpoint: bool = False
+    # TLS (node/tls.py), Pulsar's names: a TLS listener for the binary protocol on
+    # ``broker_service_port_tls`` (brokerServicePortTls) and HTTPS for the admin API on
+    # ``web_service_port_tls`` (webServicePortTls), with the certificate and key files; clients
+    # must present a certificate signed by ``tls_trust_certs_file_path`` when
+    # ``tls_require_trusted_client_cert_on_connect``. ``port`` / ``web_port`` None turns the
+    # plaintext listener off (Pulsar: an empty brokerServicePort / webServicePort).
+    broker_service_port_tls: int | None = None
+    web_service_port_tls: int | None = None
+    tls_certificate_file_path: str | None = None
+    tls_key_file_path: str | None = None
+    tls_trust_certs_file_path: str | None = None
+    tls_require_trusted_client_cert_on_connect: bool = False
+    tls_allow_insecure_connection: bool = False
     managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from magnetar import __version__
+from magnetar.broker.auth.providers import authentication_for
+from magnetar.broker.auth.session import ConnectionAuth
 from magnetar.broker.compaction import reads as compaction_reads
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.non_persistent_topic import NonPersistentSubscription, NonPersistentTopic
@@ -43,6 +45,7 @@ from magnetar.protocol.checksum import crc32c
 from magnetar.protocol.entry import EntryMeta, decode_entry
 from magnetar.protocol.errors import (
     AlreadyClosed,
+    AuthenticationError,
     ChecksumError,
     InvalidCommand,
     MagnetarError,
@@ -156,6 +159,12 @@ class ServerConnection(asyncio.Protocol):
         self._closed = False
         # Publish rate limits stop reading from this connection for a while (rate_limit.py).
         self.read_throttle = ReadThrottle(lambda: self.transport, service.metrics.publish_throttled_seconds.inc)
+        # Authentication (broker/auth/session.py, WIRE.md R60-R63): off unless configured.
+        self.auth = ConnectionAuth(
+            authentication_for(service, service.config),
+            lambda: self.write(c.auth_challenge()),
+            lambda reason: self._fatal(AuthenticationError.code, reason),
+        )
         # Each handler takes its command's TypedDict; ``_run`` checked the required fields.
         self._handlers: dict[str, Callable[[Any], None]] = {
             c.CONNECT: self._connect,
@@ -176,7 +185,13 @@ class ServerConnection(asyncio.Protocol):
             c.SEEK_PUBLISH_TIME: self._seek_publish_time,
             c.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             c.GET_TOPICS_OF_NAMESPACE: self._get_topics_of_namespace,
+            c.AUTH_RESPONSE: self._auth_response,
         }
+
+    @property
+    def auth_role(self) -> str | None:
+        """The role this connection authenticated as (None with authentication off)."""
+        return self.auth.role
 
     # ------------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -188,6 +203,7 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.read_throttle.close()
+        self.auth.close()
         self.service.connections.discard(self)
         self.service.metrics.connections.dec()
         if self.decoder.buffered:
@@ -226,10 +242,10 @@ class ServerConnection(asyncio.Protocol):
             self.transport.write(encode_frames(self._out))
         self._out = []
 
-    def _fatal(self, code: str, message: str) -> None:
+    def _fatal(self, code: str, message: str, rid: int | None = None) -> None:
         log.info("closing connection %s: %s: %s", self.id, code, message)
         self.service.metrics.protocol_errors.inc()
-        self.write(c.error_frame(None, code, message))
+        self.write(c.error_frame(rid, code, message))
         self.close()
         self._closed = True
 
@@ -254,6 +270,11 @@ class ServerConnection(asyncio.Protocol):
             problem = c.missing_fields(cmd)
             if problem is not None:
                 self._fatal(InvalidCommand.code, problem)
+                return
+            if not self.auth.admits(cmd["t"]):  # R61: nothing before an authenticated connect
+                rid = cmd.get("rid")
+                message = f"Authentication required: {cmd['t']!r} before an authenticated connect"
+                self._fatal(AuthenticationError.code, message, rid if isinstance(rid, int) else None)
                 return
             handler = self._handlers.get(cmd["t"])
             if handler is None:
@@ -301,14 +322,26 @@ class ServerConnection(asyncio.Protocol):
         self.write(c.pong())
 
     def _connect(self, cmd: c.Connect) -> None:
+        try:
+            self.auth.on_connect(cmd)
+        except AuthenticationError as exc:  # R61: refused, and the connection closes
+            self._fatal(str(exc.code), str(exc), cmd["rid"])
+            return
         self.write(c.connected(cmd["rid"], __version__, c.PROTOCOL_VERSION, self.service.config.max_message_size))
+
+    def _auth_response(self, cmd: c.AuthResponse) -> None:
+        """R62: fresh credentials after ``auth_challenge``; refused ones close the connection."""
+        try:
+            self.auth.on_response(cmd)
+        except AuthenticationError as exc:
+            self._fatal(str(exc.code), str(exc))
 
     def _lookup(self, cmd: c.Lookup) -> None:
         name = TopicName.parse(cmd["topic"])
 
         async def run() -> None:
-            url, redirect = await self.service.lookup(name)
-            self.write(c.lookup_response(cmd["rid"], url, redirect))
+            url, redirect, url_tls = await self.service.lookup_with_tls(name)
+            self.write(c.lookup_response(cmd["rid"], url, redirect, url_tls))
 
         self._spawn(cmd["rid"], run())
 

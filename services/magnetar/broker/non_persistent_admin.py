@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import aiohttp
 from aiohttp import web
 
+from magnetar.broker.auth.http import outgoing_headers
 from magnetar.protocol.errors import NotFound, TopicNotFound
 from magnetar.protocol.topic_name import NON_PERSISTENT, TopicName
 
@@ -118,12 +119,13 @@ class NonPersistentRoutes:
                     names.update(await self._remote_list(broker.web_url + request.path + "?local=true"))
         return web.json_response(sorted(names))
 
-    @staticmethod
-    async def _remote_list(url: str) -> list[str]:
+    async def _remote_list(self, url: str) -> list[str]:
         """Another broker's loaded topics; a broker that does not answer has none to add (it
-        may be stopping, and its topics go with it)."""
+        may be stopping, and its topics go with it). The call carries the caller's credentials
+        (``auth/http.py``), or with authentication on every other broker would answer 401."""
+        headers = outgoing_headers(self.service.config)
         try:
-            async with aiohttp.ClientSession() as session, session.get(url) as resp:
+            async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as resp:
                 if resp.status != 200:
                     return []
                 body: Any = json.loads(await resp.read())

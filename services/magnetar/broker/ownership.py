@@ -35,14 +35,30 @@ class BrokerInfo:
     broker_id: str
     broker_url: str
     web_url: str
+    # The TLS listeners (``magnetar+ssl://``, ``https://``) when the broker has them; optional in
+    # the JSON, so brokers of the same cluster with and without this field read each other.
+    broker_url_tls: str | None = None
+    web_url_tls: str | None = None
 
     def to_json(self) -> bytes:
-        return json.dumps({"id": self.broker_id, "broker_url": self.broker_url, "web_url": self.web_url}).encode()
+        doc = {"id": self.broker_id, "broker_url": self.broker_url, "web_url": self.web_url}
+        if self.broker_url_tls:
+            doc["broker_url_tls"] = self.broker_url_tls
+        if self.web_url_tls:
+            doc["web_url_tls"] = self.web_url_tls
+        return json.dumps(doc).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> BrokerInfo:
         doc = json.loads(raw)
-        return cls(str(doc["id"]), str(doc["broker_url"]), str(doc["web_url"]))
+        tls, web_tls = doc.get("broker_url_tls"), doc.get("web_url_tls")
+        return cls(
+            str(doc["id"]),
+            str(doc["broker_url"]),
+            str(doc["web_url"]),
+            str(tls) if tls else None,
+            str(web_tls) if web_tls else None,
+        )
 
 
 def bundle_of(topic: TopicName, bundles: int) -> str:

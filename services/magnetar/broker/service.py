@@ -84,6 +84,8 @@ class BrokerService:
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._port: int | None = None
         self._web_port: int | None = None
+        self.port_tls: int | None = None  # the TLS listeners' ports, when there are any
+        self.web_port_tls: int | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._compaction_monitor: asyncio.Task[None] | None = None  # compaction/monitor.py
         # Epoch seconds for time-based policies (TTL, retention, backlog age); tests may move it on.
@@ -104,10 +106,24 @@ class BrokerService:
         self.on_fatal: Any = None
 
     # ------------------------------------------------------------------ addresses
-    def listening(self, port: int, web_port: int) -> None:
-        """Record the bound service and admin ports (the node binds them before ``start``)."""
+    def listening(self, port: int, web_port: int, port_tls: int | None = None, web_port_tls: int | None = None) -> None:
+        """Record the bound service and admin ports (the node binds them before ``start``), and
+        the TLS ones when the node has TLS listeners (``node/tls.py``)."""
         self._port = port
         self._web_port = web_port
+        self.port_tls = port_tls
+        self.web_port_tls = web_port_tls
+
+    @property
+    def broker_url_tls(self) -> str | None:
+        """``magnetar+ssl://host:port`` of the TLS listener (Pulsar's brokerServiceUrlTls), if any."""
+        port_tls = self.port_tls
+        return None if port_tls is None else f"magnetar+ssl://{self.config.advertised_host}:{port_tls}"
+
+    @property
+    def web_url_tls(self) -> str | None:
+        web_port_tls = self.web_port_tls
+        return None if web_port_tls is None else f"https://{self.config.advertised_host}:{web_port_tls}"
 
     @property
     def port(self) -> int:
@@ -117,6 +133,8 @@ class BrokerService:
 
     @property
     def broker_url(self) -> str:
+        if self.port_tls is not None and self.port_tls == self.port:  # TLS only (node/listeners.py)
+            return f"magnetar+ssl://{self.config.advertised_host}:{self.port}"
         return f"magnetar://{self.config.advertised_host}:{self.port}"
 
     @property
@@ -127,13 +145,21 @@ class BrokerService:
 
     @property
     def web_url(self) -> str:
+        if self.web_port_tls is not None and self.web_port_tls == self.web_port:  # HTTPS only
+            return f"https://{self.config.advertised_host}:{self.web_port}"
         return f"http://{self.config.advertised_host}:{self.web_port}"
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Join the cluster (when clustered) and start serving; the listeners are already bound."""
         if self.clustered:
-            me = BrokerInfo(f"{self.config.advertised_host}:{self.port}", self.broker_url, self.web_url)
+            me = BrokerInfo(
+                f"{self.config.advertised_host}:{self.port}",
+                self.broker_url,
+                self.web_url,
+                self.broker_url_tls,
+                self.web_url_tls,
+            )
             self.ownership = Ownership(self.store, me, bundles=self.bundles)
             await self.ownership.register()
             self._unwatch = self.store.watch(paths.OWNERSHIP, self._ownership_changed)
@@ -179,21 +205,26 @@ class BrokerService:
     # ------------------------------------------------------------------ lookup and ownership
     async def lookup(self, name: TopicName) -> tuple[str, bool]:
         """(broker_url, redirect) for a client's lookup (WIRE.md, ownership section)."""
+        url, redirect, _ = await self.lookup_with_tls(name)
+        return url, redirect
+
+    async def lookup_with_tls(self, name: TopicName) -> tuple[str, bool, str | None]:
+        """``lookup`` plus the named broker's TLS URL, when it has a TLS listener (WIRE.md R66)."""
         own = self.ownership
         if own is None:
             if self.closing:
                 raise ServiceNotReady("broker is shutting down")
-            return self.broker_url, False
+            return self.broker_url, False, self.broker_url_tls
         if self.closing:
             current = await own.owner(name)
             if current is not None and current.broker_id != own.me.broker_id:
-                return current.broker_url, False
+                return current.broker_url, False, current.broker_url_tls
             others = [b for b in await own.live_brokers() if b.broker_id != own.me.broker_id]
             if not others:
                 raise ServiceNotReady("broker is shutting down and no other broker is available")
-            return others[0].broker_url, True
+            return others[0].broker_url, True, others[0].broker_url_tls
         info, redirect = await own.lookup(name)
-        return info.broker_url, redirect
+        return info.broker_url, redirect, info.broker_url_tls
 
     async def ensure_owned(self, name: TopicName) -> None:
         """Raise ServiceNotReady unless this broker owns (or could just take) the topic's bundle."""

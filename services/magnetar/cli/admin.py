@@ -25,10 +25,13 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from magnetar.cli.admin_auth import HttpSecurity, add_auth_flags, security_from_args
 from magnetar.cli.admin_compaction import COMPACTION_ACTIONS, add_compaction_verbs, run_compaction_verb
 from magnetar.protocol.topic_name import TopicName
 
 DEFAULT_URL = os.environ.get("MAGNETAR_ADMIN_URL", "http://127.0.0.1:8080")
+# Credentials and TLS for every request (cli/admin_auth.py), set once by ``main`` from the flags.
+_security = HttpSecurity()
 
 
 class AdminError(Exception):
@@ -41,7 +44,12 @@ class AdminError(Exception):
 def _open(base: str, req: urllib.request.Request, timeout: float) -> tuple[Mapping[str, str], bytes]:
     """Send ``req``; its headers and body, or ``AdminError`` with the broker's ``reason``."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        for name, value in _security.headers().items():
+            req.add_header(name, value)
+    except OSError as exc:  # a token file that cannot be read
+        raise AdminError(0, f"cannot read the token: {exc}") from None
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=_security.ssl_context) as resp:
             return dict(resp.headers.items()), resp.read()
     except urllib.error.HTTPError as exc:
         text = exc.read().decode(errors="replace")
@@ -468,6 +476,7 @@ def run(args: argparse.Namespace) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="magnetar-admin", description="Administer a Magnetar cluster")
     p.add_argument("--admin-url", default=DEFAULT_URL, help="broker admin URL (env MAGNETAR_ADMIN_URL)")
+    add_auth_flags(p)
     groups = p.add_subparsers(dest="group", required=True)
 
     bk = groups.add_parser("bookies").add_subparsers(dest="action", required=True)
@@ -572,6 +581,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    global _security
+    _security = security_from_args(args)
     try:
         _out(run(args))
     except AdminError as exc:

@@ -113,6 +113,62 @@ def _dedup_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in names}
 
 
+def _optional_port(value: Any) -> int | None:
+    """A port, or none at all: ``""``/``none``/``off`` switch a plaintext listener off (TLS only),
+    as an empty ``brokerServicePort`` / ``webServicePort`` does in Pulsar."""
+    if value is None or str(value).strip().lower() in ("", "none", "off"):
+        return None
+    return int(value)
+
+
+def _add_tls_flags(parser: argparse.ArgumentParser) -> None:
+    """TLS listeners and files, Pulsar's broker.conf names in flag form (node/tls.py)."""
+    parser.add_argument("--broker-service-port-tls", type=_optional_port, default=None, help="TLS binary port (0: any)")
+    parser.add_argument("--web-service-port-tls", type=_optional_port, default=None, help="HTTPS admin port (0: any)")
+    parser.add_argument("--tls-certificate-file-path", default=None)
+    parser.add_argument("--tls-key-file-path", default=None)
+    parser.add_argument("--tls-trust-certs-file-path", default=None)
+    parser.add_argument(
+        "--tls-require-trusted-client-cert-on-connect", type=_flag_bool, nargs="?", const=True, default=False
+    )
+    parser.add_argument("--tls-allow-insecure-connection", type=_flag_bool, nargs="?", const=True, default=False)
+
+
+def _tls_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``BrokerConfig`` keyword arguments from the flags of ``_add_tls_flags``."""
+    return {
+        "broker_service_port_tls": args.broker_service_port_tls,
+        "web_service_port_tls": args.web_service_port_tls,
+        "tls_certificate_file_path": args.tls_certificate_file_path,
+        "tls_key_file_path": args.tls_key_file_path,
+        "tls_trust_certs_file_path": args.tls_trust_certs_file_path,
+        "tls_require_trusted_client_cert_on_connect": args.tls_require_trusted_client_cert_on_connect,
+        "tls_allow_insecure_connection": args.tls_allow_insecure_connection,
+    }
+
+
+def _check_tls_settings(config: Any) -> None:
+    """Load the TLS files once before starting, so a missing key ends the process in one line."""
+    from magnetar.node.tls import TlsConfigError, server_ssl_context, tls_enabled
+
+    if not tls_enabled(config):
+        return
+    try:
+        server_ssl_context(config)
+    except TlsConfigError as exc:
+        raise SystemExit(f"magnetar: TLS settings: {exc}") from None
+
+
+def _tls_banner(broker: Any) -> str:
+    """The TLS listeners for a ready banner (appended, so existing banner parsers still match)."""
+    parts = []
+    if broker.broker_url_tls:
+        parts.append(f" service-tls {broker.broker_url_tls}")
+    if broker.web_url_tls:
+        parts.append(f" admin-tls {broker.web_url_tls}")
+    return "".join(parts)
+
+
 def _add_compaction_flags(parser: argparse.ArgumentParser) -> None:
     """Topic compaction settings (broker/compaction/), Pulsar's broker.conf names in their units."""
     parser.add_argument("--broker-service-compaction-monitor-interval-in-seconds", type=float, default=60.0)
@@ -131,6 +187,7 @@ def _compaction_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_standalone(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
+    from magnetar.cli.auth_flags import auth_settings, check_auth_settings
     from magnetar.node.standalone import Standalone, StandaloneConfig
 
     broker = BrokerConfig(
@@ -141,17 +198,27 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         **_policy_check_settings(args),
         **_dedup_settings(args),
         **_compaction_settings(args),
+        **_tls_settings(args),
+        **auth_settings(args),
     )
+    check_auth_settings(broker)
+    _check_tls_settings(broker)
     sa = Standalone(StandaloneConfig(Path(args.data_dir), broker, bookie_port=args.bookie_port))
 
     def banner() -> str:
         assert sa.broker is not None and sa.bookie is not None
         return (
             f"magnetar standalone ready: service {sa.broker.broker_url} admin {sa.broker.web_url} "
-            f"bookie {args.host}:{sa.bookie.port} data {Path(args.data_dir).resolve()}"
+            f"bookie {args.host}:{sa.bookie.port} data {Path(args.data_dir).resolve()}{_tls_banner(sa.broker)}"
         )
 
-    flags = {"service": "--port", "admin": "--web-port", "bookie": "--bookie-port"}
+    flags = {
+        "service": "--port",
+        "admin": "--web-port",
+        "bookie": "--bookie-port",
+        "service-tls": "--broker-service-port-tls",
+        "admin-tls": "--web-service-port-tls",
+    }
     return _run_until_signal("standalone", flags, sa.start, sa.stop, banner)
 
 
@@ -188,6 +255,7 @@ def cmd_bookie(args: argparse.Namespace) -> int:
 
 def cmd_broker(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
+    from magnetar.cli.auth_flags import auth_settings, check_auth_settings
     from magnetar.node.broker import BrokerNode
 
     config = BrokerConfig(
@@ -201,7 +269,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
         **_policy_check_settings(args),
         **_dedup_settings(args),
         **_compaction_settings(args),
+        **_tls_settings(args),
+        **auth_settings(args),
     )
+    check_auth_settings(config)
     if args.isolated_tenant:
         logging.getLogger("magnetar").warning(
             "isolatedTenant=%s is not enforced by this broker yet: the tenant's bundles may be owned by any broker",
@@ -209,6 +280,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         )
     if not args.metadata_url:
         raise SystemExit("magnetar broker needs --metadata-url (or metadataUrl in --config)")
+    _check_tls_settings(config)
     node = BrokerNode(args.metadata_url, config, bundles=args.bundles, cluster=args.cluster)
 
     async def start() -> None:
@@ -220,10 +292,16 @@ def cmd_broker(args: argparse.Namespace) -> int:
         assert node.broker is not None
         return (
             f"magnetar broker ready: service {node.broker.broker_url} admin {node.broker.web_url} "
-            f"id {node.broker.broker_id}"
+            f"id {node.broker.broker_id}{_tls_banner(node.broker)}"
         )
 
-    return _run_until_signal("broker", {"service": "--port", "admin": "--web-port"}, start, node.stop, banner)
+    flags = {
+        "service": "--port",
+        "admin": "--web-port",
+        "service-tls": "--broker-service-port-tls",
+        "admin-tls": "--web-service-port-tls",
+    }
+    return _run_until_signal("broker", flags, start, node.stop, banner)
 
 
 def cmd_local_cluster(args: argparse.Namespace) -> int:
@@ -233,6 +311,9 @@ def cmd_local_cluster(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from magnetar.cli.auth_flags import add_auth_flags
+    from magnetar.cli.tokens import add_tokens_command
+
     parser = argparse.ArgumentParser(prog="magnetar", description="Magnetar pub/sub messaging")
     parser.add_argument("--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"))
     sub = parser.add_subparsers(dest="command", required=True)
@@ -241,12 +322,16 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     sa.add_argument("--host", default="127.0.0.1")
     sa.add_argument("--advertised-address", default=None)
-    sa.add_argument("--port", type=int, default=6650, help="binary protocol port (0: any free port)")
-    sa.add_argument("--web-port", type=int, default=8080, help="admin REST / metrics port (0: any)")
+    sa.add_argument(
+        "--port", type=_optional_port, default=6650, help="binary protocol port (0: any free port, none: off)"
+    )
+    sa.add_argument("--web-port", type=_optional_port, default=8080, help="admin REST / metrics port (0: any)")
     sa.add_argument("--bookie-port", type=int, default=3181)
     _add_policy_check_flags(sa)
     _add_dedup_flags(sa)
     _add_compaction_flags(sa)
+    add_auth_flags(sa)
+    _add_tls_flags(sa)
     sa.set_defaults(func=cmd_standalone)
 
     bk = sub.add_parser("bookie", help="run one bookie")
@@ -272,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--isolated-tenant", default=None, help=argparse.SUPPRESS)
     br.add_argument("--host", default="127.0.0.1")
     br.add_argument("--advertised-address", default=None)
-    br.add_argument("--port", type=int, default=6650)
-    br.add_argument("--web-port", type=int, default=8080)
+    br.add_argument("--port", type=_optional_port, default=6650)
+    br.add_argument("--web-port", type=_optional_port, default=8080)
     br.add_argument("--ensemble-size", type=int, default=3)
     br.add_argument("--write-quorum", type=int, default=3)
     br.add_argument("--ack-quorum", type=int, default=2)
@@ -282,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_policy_check_flags(br)
     _add_dedup_flags(br)
     _add_compaction_flags(br)
+    add_auth_flags(br)
+    _add_tls_flags(br)
     br.set_defaults(func=cmd_broker, _parser=br)
 
     lc = sub.add_parser("local-cluster", help="etcd + N bookies + M brokers as child processes on loopback")
@@ -296,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--write-quorum", type=int, default=3)
     lc.add_argument("--ack-quorum", type=int, default=2)
     lc.set_defaults(func=cmd_local_cluster)
+    add_tokens_command(sub)  # magnetar tokens ...: cli/tokens.py
 
     try:
         from magnetar.cli.client_commands import add_client_commands

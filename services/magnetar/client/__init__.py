@@ -66,9 +66,24 @@ Where we differ from Pulsar, on purpose or for now:
   (Pulsar shares ``message_listener_threads``), and ``receive`` / ``read_next`` then raise
   ``Unsupported`` (Pulsar: ``InvalidConfiguration``);
 - a reader of a partitioned topic started at a concrete message id starts that id's partition there
-  and every other partition at ``MessageId.latest``.
+  and every other partition at ``MessageId.latest``;
+- ``Client`` takes pulsar-client's arguments in its order (``auth``, ``tls``): ``io_threads``,
+  ``message_listener_threads``, ``concurrent_lookup_requests``, ``log_conf_file_path``,
+  ``stats_interval_in_seconds`` and ``logger`` have no effect, ``listener_name`` raises
+  ``Unsupported``; a failed TLS handshake raises ``ConnectError`` and refused credentials
+  ``AuthenticationError`` at once; ``AuthenticationTLS`` only supplies a client certificate, and
+  ``AuthenticationOauth2`` / ``AuthenticationBasic`` / ``AuthenticationAthenz`` /
+  ``Authentication`` raise ``Unsupported``.
 """
 
+from magnetar.client.auth import (
+    Authentication,
+    AuthenticationAthenz,
+    AuthenticationBasic,
+    AuthenticationOauth2,
+    AuthenticationTLS,
+    AuthenticationToken,
+)
 from magnetar.client.errors import (
     AlreadyClosed,
     ChecksumError,
@@ -104,14 +119,24 @@ from magnetar.client.options import (
     result_of,
 )
 from magnetar.client.sync import Client, Consumer, Producer, Reader
+from magnetar.client.tls import ConnectError
+from magnetar.protocol.errors import AuthenticationError
 from magnetar.protocol.message_id import MessageId
 
 __all__ = [
     "AlreadyClosed",
+    "Authentication",
+    "AuthenticationAthenz",
+    "AuthenticationBasic",
+    "AuthenticationError",
+    "AuthenticationOauth2",
+    "AuthenticationTLS",
+    "AuthenticationToken",
     "BatchingType",
     "ChecksumError",
     "Client",
     "CompressionType",
+    "ConnectError",
     "Consumer",
     "ConsumerBusy",
     "ConsumerCryptoFailureAction",

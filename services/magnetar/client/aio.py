@@ -34,7 +34,8 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from magnetar.client.connection import Connection, normalize_url, service_urls
+from magnetar.client.auth import Authentication
+from magnetar.client.connection import Connection, is_tls_url, normalize_url, service_urls
 from magnetar.client.consumer import Consumer, PartitionConsumer
 from magnetar.client.consumer_config import ConsumerConfig
 from magnetar.client.dead_letter import retry_letter_topic
@@ -63,6 +64,7 @@ from magnetar.client.producer import PartitionProducer, Producer, ProducerConfig
 from magnetar.client.reader import Reader, reader_subscription_name, start_for_partition
 from magnetar.client.reconnect import Backoff
 from magnetar.client.routing import MessageRouter
+from magnetar.client.tls import TlsOptions
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import (
     AlreadyClosed,
@@ -119,12 +121,24 @@ class Client:
     closed as dead. Every ``partitions_update_interval`` seconds (the C++ client's
     ``partitionsUpdateInterval``, 60 by default, 0 disables) partitioned producers and consumers
     re-read their topics' partition counts and attach to partitions added meanwhile.
+
+    Security takes pulsar-client's arguments (``auth.py``, ``tls.py``): ``authentication`` (e.g.
+    ``AuthenticationToken``) sends credentials in every ``connect``; TLS is on for a
+    ``magnetar+ssl://`` URL or ``use_tls``, and then every broker a lookup names is dialled with TLS
+    too (its ``broker_url_tls``).
     """
 
     def __init__(
         self,
         service_url: str = DEFAULT_SERVICE_URL,
         *,
+        authentication: Authentication | None = None,
+        use_tls: bool = False,
+        tls_trust_certs_file_path: str | None = None,
+        tls_allow_insecure_connection: bool = False,
+        tls_validate_hostname: bool = False,
+        tls_private_key_file_path: str | None = None,
+        tls_certificate_file_path: str | None = None,
         operation_timeout_seconds: float = 30,
         connection_timeout_ms: int = 10000,
         max_lookup_redirects: int = MAX_LOOKUP_REDIRECTS,
@@ -133,7 +147,27 @@ class Client:
         keep_alive_interval_seconds: float = 30,
         partitions_update_interval: float = DEFAULT_PARTITIONS_UPDATE_INTERVAL,
     ) -> None:
-        self._service_urls = service_urls(service_url)
+        self._tls = bool(use_tls) or is_tls_url(service_url)
+        self._service_urls = service_urls(service_url, tls=self._tls)
+        if authentication is not None and not isinstance(authentication, Authentication):
+            raise ValueError("authentication must be an Authentication (e.g. AuthenticationToken)")
+        self._auth = authentication
+        certificate, key = tls_certificate_file_path, tls_private_key_file_path
+        if certificate is None and key is None:  # AuthenticationTLS carries the client certificate
+            certificate = getattr(authentication, "certificate_path", None)
+            key = getattr(authentication, "private_key_path", None)
+        # Built now, so a bad path fails here rather than at the first connection.
+        self._ssl = (
+            TlsOptions(
+                tls_trust_certs_file_path,
+                tls_allow_insecure_connection,
+                tls_validate_hostname,
+                certificate,
+                key,
+            ).context()
+            if self._tls
+            else None
+        )
         self._service_index = 0
         self._op_timeout = float(operation_timeout_seconds)
         self._connect_timeout = connection_timeout_ms / 1000.0
@@ -197,6 +231,8 @@ class Client:
                 operation_timeout=self._op_timeout,
                 connect_timeout=self._connect_timeout,
                 keep_alive_interval=self._keep_alive,
+                ssl_context=self._ssl,
+                auth=self._auth,
             )
         except asyncio.CancelledError:
             fut.cancel()
@@ -236,11 +272,31 @@ class Client:
         conn = await self._service_connection()
         for _ in range(self._max_redirects + 1):
             answer: cmds.LookupResponse = await conn.request(cmds.lookup(topic))
-            target = await self._connection(str(answer.get("broker_url") or conn.url))
+            target = await self._connection(self._answered_url(answer, conn))
             if not answer.get("redirect"):
                 return target
             conn = target
         raise ServiceNotReady(f"lookup of {topic} was redirected more than {self._max_redirects} times")
+
+    def _answered_url(self, answer: cmds.LookupResponse, asked: Connection) -> str:
+        """The URL to dial for a lookup answer: its ``broker_url_tls`` when this client uses TLS.
+
+        A broker that has no TLS listener answers no ``broker_url_tls``; a TLS client then keeps
+        to TLS and asks the same broker again when the answer names the broker it asked (a
+        standalone, or a broker older than R65), and otherwise refuses to fall back to plaintext
+        by dialling the plaintext address with TLS, which fails with a clear ``ConnectError``.
+        """
+        plain = str(answer.get("broker_url") or asked.url)
+        if not self._tls:
+            return plain
+        tls_url = answer.get("broker_url_tls")
+        if tls_url:
+            return str(tls_url)
+        if is_tls_url(plain):
+            return plain
+        if not answer.get("redirect"):
+            return asked.url
+        return "magnetar+ssl://" + plain.split("://", 1)[-1]
 
     async def _partitions(self, topic: TopicName) -> int:
         """How many partitions ``topic`` has, retrying retryable errors until the operation timeout."""

@@ -19,15 +19,24 @@ sends a ``ping``; if the next interval passes with still nothing read, the broke
 (paused, or cut off without a FIN) and the connection is closed, which starts the reconnection.
 Without it a producer whose broker was SIGSTOPped would wait for TCP to give up, for many minutes.
 The reader only sets a flag per read; the timer does the rest, so the hot path pays nothing.
+
+Security (WIRE.md R60-R62, R65-R67): a ``magnetar+ssl://`` URL is dialled with the client's
+``ssl.SSLContext`` (``tls.TlsOptions``), and is a different pool key from ``magnetar://`` on the same
+host and port. The client's authentication provider (``auth``) puts credentials in every
+``connect`` and answers the broker's ``auth_challenge`` with fresh ones, so a rotated token keeps a
+long-lived connection alive.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from magnetar.client.auth import AuthProvider
+from magnetar.client.tls import TLS_SCHEMES, handshake_error
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import (
     InvalidTopicName,
@@ -48,7 +57,12 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 6650
 CLIENT_VERSION = "magnetar-python-0.1.0"
 _READ_SIZE = 256 * 1024
-_SCHEMES = ("magnetar://", "pulsar://", "tcp://")
+_SCHEMES = (*TLS_SCHEMES, "magnetar://", "pulsar://", "tcp://")
+
+
+def is_tls_url(url: str) -> bool:
+    """``magnetar+ssl://`` or ``pulsar+ssl://``: dial with TLS."""
+    return url.strip().startswith(TLS_SCHEMES)
 
 
 def _strip_scheme(url: str) -> str:
@@ -76,21 +90,24 @@ def parse_service_url(url: str) -> tuple[str, int]:
     return _host_port(_strip_scheme(url).split(",", 1)[0])
 
 
-def service_urls(url: str) -> list[str]:
-    """Every broker of a service URL, normalized: ``magnetar://h1:p1,h2:p2`` lists two, as in Pulsar."""
+def service_urls(url: str, *, tls: bool = False) -> list[str]:
+    """Every broker of a service URL, normalized: ``magnetar://h1:p1,h2:p2`` lists two, as in Pulsar.
+
+    With ``tls`` (pulsar-client's ``use_tls``) or a TLS scheme every one is a ``magnetar+ssl://`` key."""
     hosts = [h for h in _strip_scheme(url).split(",") if h.strip()]
     if not hosts:
         raise InvalidTopicName(f"no host in service URL {url!r}")
-    return [_key(*_host_port(h)) for h in hosts]
+    tls = tls or is_tls_url(url)
+    return [_key(*_host_port(h), tls=tls) for h in hosts]
 
 
-def _key(host: str, port: int) -> str:
-    return f"magnetar://{host}:{port}"
+def _key(host: str, port: int, *, tls: bool = False) -> str:
+    return f"{'magnetar+ssl' if tls else 'magnetar'}://{host}:{port}"
 
 
 def normalize_url(url: str) -> str:
     """Canonical key for the connection pool, so redirects to the same broker share a connection."""
-    return _key(*parse_service_url(url))
+    return _key(*parse_service_url(url), tls=is_tls_url(url))
 
 
 class ProducerHandler(Protocol):
@@ -120,8 +137,10 @@ class Connection:
         operation_timeout: float,
         keep_alive_interval: float = 30.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        auth: AuthProvider | None = None,
     ) -> None:
         self.url = url
+        self.auth = auth
         self.operation_timeout = operation_timeout
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
         self.server_version = ""
@@ -146,21 +165,42 @@ class Connection:
 
     @classmethod
     async def open(
-        cls, url: str, *, operation_timeout: float, connect_timeout: float = 10.0, keep_alive_interval: float = 30.0
+        cls,
+        url: str,
+        *,
+        operation_timeout: float,
+        connect_timeout: float = 10.0,
+        keep_alive_interval: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: AuthProvider | None = None,
     ) -> Connection:
         """Connect and run the ``connect``/``connected`` handshake, both within ``connect_timeout``.
 
         The handshake is bounded by the connect timeout too, not the (longer) operation timeout:
         a paused broker accepts TCP connections (the kernel does) but never answers, and a
-        reconnecting client should move on to the next broker quickly.
+        reconnecting client should move on to the next broker quickly. A ``magnetar+ssl://`` URL
+        needs ``ssl_context``; a failed TLS handshake raises ``tls.ConnectError`` (not retryable),
+        refused credentials ``AuthenticationError`` (not retryable either).
         """
         host, port = parse_service_url(url)
+        tls = is_tls_url(url)
+        if tls and ssl_context is None:
+            raise ValueError(f"{url} is a TLS URL but the client has no TLS settings")
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=_READ_SIZE * 4), connect_timeout
+                asyncio.open_connection(
+                    host,
+                    port,
+                    limit=_READ_SIZE * 4,
+                    ssl=ssl_context if tls else None,
+                    server_hostname=host if tls else None,
+                ),
+                connect_timeout,
             )
         except TimeoutError as exc:
             raise Timeout(f"connecting to {url} timed out after {connect_timeout}s") from exc
+        except ssl.SSLError as exc:
+            raise handshake_error(url, exc) from exc
         except OSError as exc:
             raise NotConnected(f"cannot connect to {url}: {exc}") from exc
         conn = cls(
@@ -169,15 +209,48 @@ class Connection:
             writer,
             operation_timeout=operation_timeout,
             keep_alive_interval=keep_alive_interval,
+            auth=auth,
         )
         try:
-            answer: cmds.Connected = await conn.request(cmds.connect(CLIENT_VERSION), connect_timeout)
+            answer: cmds.Connected = await conn.request(conn._connect_command(), connect_timeout)
+        except NotConnected as exc:
+            conn.close()
+            if not tls:  # a TLS listener drops a plaintext hello without a word
+                raise NotConnected(f"{exc} during the handshake (a TLS port needs a magnetar+ssl:// URL)") from exc
+            raise
         except BaseException:
             conn.close()
             raise
         conn.server_version = str(answer.get("server_version", ""))
         conn.max_message_size = int(answer.get("max_message_size") or DEFAULT_MAX_MESSAGE_SIZE)
         return conn
+
+    def _connect_command(self) -> cmds.Connect:
+        """``connect`` with the provider's current credentials (a supplier is called again)."""
+        auth = self.auth
+        method = auth.auth_method if auth is not None else None
+        if auth is None or method is None:
+            return cmds.connect(CLIENT_VERSION)
+        return cmds.connect(CLIENT_VERSION, auth_method=method, auth_data=auth.auth_data())
+
+    def _answer_challenge(self, challenge: cmds.AuthChallenge) -> None:
+        """The broker's credentials check failed (the token expired): send fresh credentials.
+
+        Without a provider, or when it fails, nothing is sent and the broker closes the
+        connection after its timeout; producers and consumers then reconnect as after any drop."""
+        auth = self.auth
+        method = auth.auth_method if auth is not None else None
+        if auth is None or method is None:
+            log.error(
+                "broker %s asked for credentials (%s) but the client has none", self.url, challenge.get("auth_method")
+            )
+            return
+        try:
+            data = auth.auth_data()
+        except Exception as exc:  # a supplier that fails: a file gone, a secret store down
+            log.error("cannot answer the auth challenge of %s: the token supplier failed: %r", self.url, exc)
+            return
+        self.write(cmds.auth_response(method, data))
 
     # ---------------------------------------------------------------- state
 
@@ -324,6 +397,10 @@ class Connection:
             consumer = self._consumers.pop(consumer_closed.get("consumer_id", -1), None)
             if consumer is not None:
                 consumer._closed_by_broker(self)
+            return
+        if t == cmds.AUTH_CHALLENGE:
+            challenge: cmds.AuthChallenge = frame
+            self._answer_challenge(challenge)
             return
         if t == cmds.ACTIVE_CONSUMER_CHANGE:
             change: cmds.ActiveConsumerChange = frame

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from magnetar.client import aio
 from magnetar.client import reader as aio_reader
+from magnetar.client.auth import Authentication
 from magnetar.client.batch_builder import SendCallback
 from magnetar.client.consumer import PartitionConsumer
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError, ProducerQueueIsFull
@@ -88,22 +89,52 @@ class _LoopThread:
 
 
 class Client:
-    """Blocking client; ``close()`` closes every producer and consumer it created."""
+    """Blocking client; ``close()`` closes every producer and consumer it created.
+
+    Arguments in ``pulsar.Client``'s order, names and defaults (pulsar-client 3.x), then
+    Magnetar's own, keyword-only. ``io_threads``, ``message_listener_threads``,
+    ``concurrent_lookup_requests``, ``log_conf_file_path``, ``stats_interval_in_seconds`` and
+    ``logger`` are accepted and have no effect (one loop thread does all IO; logging goes through
+    the ``magnetar`` loggers); ``listener_name`` raises ``Unsupported`` (no advertised listeners).
+    """
 
     def __init__(
         self,
         service_url: str = aio.DEFAULT_SERVICE_URL,
+        authentication: Authentication | None = None,
         operation_timeout_seconds: float = 30,
+        io_threads: int = 1,
+        message_listener_threads: int = 1,
+        concurrent_lookup_requests: int = 50000,
+        log_conf_file_path: str | None = None,
+        stats_interval_in_seconds: int = 600,
+        use_tls: bool = False,
+        tls_trust_certs_file_path: str | None = None,
+        tls_allow_insecure_connection: bool = False,
+        tls_validate_hostname: bool = False,
+        logger: Any = None,
         connection_timeout_ms: int = 10000,
+        listener_name: str | None = None,
+        tls_private_key_file_path: str | None = None,
+        tls_certificate_file_path: str | None = None,
+        *,
         initial_backoff_interval_ms: int = 100,
         max_backoff_interval_ms: int = 30000,
         keep_alive_interval_seconds: float = 30,
-        *,
         partitions_update_interval: float = DEFAULT_PARTITIONS_UPDATE_INTERVAL,
     ) -> None:
-        self._lt = _LoopThread()
-        self._client = aio.Client(
+        if listener_name is not None:
+            raise Unsupported("listener_name: Magnetar brokers have no advertised listeners")
+        # Built before the loop thread, so a bad TLS path or argument leaves no thread behind.
+        client = aio.Client(
             service_url,
+            authentication=authentication,
+            use_tls=use_tls,
+            tls_trust_certs_file_path=tls_trust_certs_file_path,
+            tls_allow_insecure_connection=tls_allow_insecure_connection,
+            tls_validate_hostname=tls_validate_hostname,
+            tls_private_key_file_path=tls_private_key_file_path,
+            tls_certificate_file_path=tls_certificate_file_path,
             operation_timeout_seconds=operation_timeout_seconds,
             connection_timeout_ms=connection_timeout_ms,
             initial_backoff_interval_ms=initial_backoff_interval_ms,
@@ -111,6 +142,8 @@ class Client:
             keep_alive_interval_seconds=keep_alive_interval_seconds,
             partitions_update_interval=partitions_update_interval,
         )
+        self._lt = _LoopThread()
+        self._client = client
         self._closed = False
 
     def __enter__(self) -> Client:

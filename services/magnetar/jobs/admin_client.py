@@ -10,12 +10,14 @@ broker restart rather than fail the whole run.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
+from magnetar.client.auth import AuthenticationToken, token_from_params
 from magnetar.protocol.topic_name import TopicName
 
 RETRIES = 5
@@ -38,11 +40,20 @@ def topic_path(topic: str) -> str:
 
 
 class AdminClient:
-    """Calls on one broker's admin URL (``http://host:8080``)."""
+    """Calls on one broker's admin URL (``http://host:8080``).
 
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+    ``token`` (``token:<jwt>``, ``file:///path`` re-read on every call, or a bare JWT) goes in
+    ``Authorization: Bearer`` when the brokers have authentication on; ``ssl_context`` verifies
+    an ``https://`` URL. Neither is wired from a job's options yet (issue 12, internal identity).
+    """
+
+    def __init__(
+        self, url: str, *, timeout: float = 30.0, token: str | None = None, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self._token: AuthenticationToken | None = token_from_params(token) if token else None
+        self._ssl = ssl_context
 
     def __repr__(self) -> str:
         return f"AdminClient({self.url!r})"
@@ -54,9 +65,12 @@ class AdminClient:
         data = None if body is None else json.dumps(body).encode()
         last: AdminError | None = None
         for attempt in range(RETRIES):
-            req = urllib.request.Request(full, data=data, method=method, headers={"Content-Type": "application/json"})
+            headers = {"Content-Type": "application/json"}
+            if self._token is not None:
+                headers["Authorization"] = f"Bearer {self._token.token()}"
+            req = urllib.request.Request(full, data=data, method=method, headers=headers)
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
                     raw = resp.read()
                 return json.loads(raw) if raw.strip() else None
             except urllib.error.HTTPError as exc:

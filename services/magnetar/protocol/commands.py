@@ -45,6 +45,7 @@ SEEK: Final = "seek"
 SEEK_PUBLISH_TIME: Final = "seek_publish_time"
 GET_LAST_MESSAGE_ID: Final = "get_last_message_id"
 GET_TOPICS_OF_NAMESPACE: Final = "get_topics_of_namespace"
+AUTH_RESPONSE: Final = "auth_response"  # answer to AUTH_CHALLENGE (WIRE.md R62)
 
 # --- broker -> client
 CONNECTED: Final = "connected"
@@ -60,6 +61,9 @@ ACK_RESPONSE: Final = "ack_response"
 LAST_MESSAGE_ID_RESPONSE: Final = "last_message_id_response"
 TOPICS_OF_NAMESPACE_RESPONSE: Final = "topics_of_namespace_response"
 ACTIVE_CONSUMER_CHANGE: Final = "active_consumer_change"
+AUTH_CHALLENGE: Final = "auth_challenge"  # the token expired: send a fresh one (WIRE.md R62)
+# ``auth_method`` of token authentication (Pulsar's "token"); ``auth_data`` is then the JWT.
+AUTH_METHOD_TOKEN: Final = "token"
 
 # --- broker -> bookie
 BK_ADD: Final = "bk_add"
@@ -102,6 +106,9 @@ class Connect(TypedDict):
     rid: int
     client_version: NotRequired[str]
     protocol_version: NotRequired[int]
+    # Credentials (WIRE.md R60): ``auth_method`` "token" with the JWT as ``auth_data``.
+    auth_method: NotRequired[str]
+    auth_data: NotRequired[bytes]
 
 
 class Ping(TypedDict):
@@ -233,6 +240,14 @@ class GetTopicsOfNamespace(TypedDict):
     namespace: str
 
 
+class AuthResponse(TypedDict):
+    """The client's answer to ``auth_challenge``: fresh credentials (WIRE.md R62); no ``rid``."""
+
+    t: Literal["auth_response"]
+    auth_method: str
+    auth_data: bytes
+
+
 # ====================================================================== broker -> client
 
 
@@ -263,6 +278,8 @@ class LookupResponse(TypedDict):
     rid: int
     broker_url: str
     redirect: bool
+    # The same broker's TLS listener, when it has one (WIRE.md R66; Pulsar's brokerServiceUrlTls).
+    broker_url_tls: NotRequired[str]
 
 
 class PartitionedMetadataResponse(TypedDict):
@@ -334,6 +351,14 @@ class ActiveConsumerChange(TypedDict):
     t: Literal["active_consumer_change"]
     consumer_id: int
     is_active: bool
+
+
+class AuthChallenge(TypedDict):
+    """Pushed when the connection's credentials expired: answer ``auth_response`` (WIRE.md R62)."""
+
+    t: Literal["auth_challenge"]
+    auth_method: str
+    auth_data: bytes
 
 
 class CloseProducerPushed(TypedDict):
@@ -440,6 +465,7 @@ SERVED: Final[dict[str, Any]] = {
     SEEK_PUBLISH_TIME: SeekPublishTime,
     GET_LAST_MESSAGE_ID: GetLastMessageId,
     GET_TOPICS_OF_NAMESPACE: GetTopicsOfNamespace,
+    AUTH_RESPONSE: AuthResponse,
     BK_ADD: BkAdd,
     BK_READ: BkRead,
     BK_READ_LAC: BkReadLac,
@@ -479,8 +505,21 @@ def missing_fields(cmd: Any) -> str | None:
 # --- client -> broker
 
 
-def connect(client_version: str, protocol_version: int = PROTOCOL_VERSION, rid: int = 0) -> Connect:
-    return {"t": CONNECT, "client_version": client_version, "protocol_version": protocol_version, "rid": rid}
+def connect(
+    client_version: str,
+    protocol_version: int = PROTOCOL_VERSION,
+    rid: int = 0,
+    *,
+    auth_method: str | None = None,
+    auth_data: bytes | None = None,
+) -> Connect:
+    """Credentials are sent only when given (WIRE.md R60)."""
+    cmd: Connect = {"t": CONNECT, "client_version": client_version, "protocol_version": protocol_version, "rid": rid}
+    if auth_method is not None:
+        cmd["auth_method"] = auth_method
+    if auth_data is not None:
+        cmd["auth_data"] = auth_data
+    return cmd
 
 
 def ping() -> Ping:
@@ -615,6 +654,10 @@ def get_topics_of_namespace(namespace: str, rid: int = 0) -> GetTopicsOfNamespac
     return {"t": GET_TOPICS_OF_NAMESPACE, "namespace": namespace, "rid": rid}
 
 
+def auth_response(auth_method: str, auth_data: bytes) -> AuthResponse:
+    return {"t": AUTH_RESPONSE, "auth_method": auth_method, "auth_data": auth_data}
+
+
 # --- broker -> client
 
 
@@ -636,8 +679,11 @@ def error_frame(rid: int | None, code: str, message: str) -> Error:
     return {"t": ERROR, "rid": rid, "code": code, "message": message}
 
 
-def lookup_response(rid: int, broker_url: str, redirect: bool) -> LookupResponse:
-    return {"t": LOOKUP_RESPONSE, "rid": rid, "broker_url": broker_url, "redirect": redirect}
+def lookup_response(rid: int, broker_url: str, redirect: bool, broker_url_tls: str | None = None) -> LookupResponse:
+    answer: LookupResponse = {"t": LOOKUP_RESPONSE, "rid": rid, "broker_url": broker_url, "redirect": redirect}
+    if broker_url_tls is not None:
+        answer["broker_url_tls"] = broker_url_tls
+    return answer
 
 
 def partitioned_metadata_response(rid: int, partitions: int) -> PartitionedMetadataResponse:
@@ -710,6 +756,11 @@ def topics_of_namespace_response(rid: int, topics: Sequence[str]) -> TopicsOfNam
 
 def active_consumer_change(consumer_id: int, is_active: bool) -> ActiveConsumerChange:
     return {"t": ACTIVE_CONSUMER_CHANGE, "consumer_id": consumer_id, "is_active": is_active}
+
+
+def auth_challenge(auth_method: str = AUTH_METHOD_TOKEN, auth_data: bytes = b"refresh") -> AuthChallenge:
+    """Pulsar's AuthChallenge for a refresh carries ``b"refresh"``: the client sends new credentials."""
+    return {"t": AUTH_CHALLENGE, "auth_method": auth_method, "auth_data": auth_data}
 
 
 def close_producer_pushed(producer_id: int) -> CloseProducerPushed:

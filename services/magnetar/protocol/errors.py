@@ -42,6 +42,7 @@ class ErrorCode(StrEnum):
     UNSUPPORTED = "Unsupported"
     PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR = "ProducerBlockedQuotaExceededError"
     PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION = "ProducerBlockedQuotaExceededException"
+    AUTHENTICATION_ERROR = "AuthenticationError"
 
 
 class MagnetarError(Exception):
@@ -180,6 +181,13 @@ class ProducerBlockedQuotaExceededException(MagnetarError):
     code = ErrorCode.PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION
 
 
+class AuthenticationError(MagnetarError):
+    """Missing, invalid or expired credentials (WIRE.md R60-R62; pulsar-client's
+    ``AuthenticationError``). Not retryable: the same credentials are refused again."""
+
+    code = ErrorCode.AUTHENTICATION_ERROR
+
+
 _BY_CODE: dict[str, type[MagnetarError]] = {
     cls.code.value: cls
     for cls in [
@@ -212,6 +220,7 @@ _BY_CODE: dict[str, type[MagnetarError]] = {
         Unsupported,
         ProducerBlockedQuotaExceededError,
         ProducerBlockedQuotaExceededException,
+        AuthenticationError,
     ]
 }
 

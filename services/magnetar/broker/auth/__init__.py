@@ -1,0 +1,9 @@
+"""Authentication for the broker: JWT tokens on the binary protocol and the admin REST API.
+
+``keys`` reads and makes token keys (Pulsar's key URLs and file formats), ``tokens`` signs and
+verifies JWTs with PyJWT, ``providers`` turns credentials into a role (Pulsar's
+AuthenticationService with its token provider), ``session`` authenticates one binary connection
+and re-challenges it when its token expires, ``http`` is the admin API's middleware and the
+credentials brokers send each other. Everything is off unless ``authenticationEnabled`` is set.
+Authorization (what a role may do) is not built yet: any valid token may do anything.
+"""

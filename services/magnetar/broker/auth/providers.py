@@ -1,0 +1,120 @@
+"""Authentication providers and the broker's set of them (Pulsar's AuthenticationService).
+
+A provider turns (``auth_method``, ``auth_data``) into a role, or refuses with
+``AuthenticationError``. Only the token provider exists; Pulsar's TLS provider
+(``AuthenticationProviderTls``, mTLS client certificates) is refused by name at start-up so that a
+configuration asking for it does not silently run without it. ``authentication_for`` builds the
+set once per broker (keys are read and decoded then, so a bad key stops the broker at start
+rather than refusing every client later) and caches it on the broker object.
+
+Authorization is not here yet: any role a provider accepts may do anything.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Protocol
+
+from magnetar.broker.auth import keys
+from magnetar.broker.auth.tokens import TokenError, TokenVerifier
+from magnetar.broker.config import BrokerConfig
+from magnetar.protocol import commands as c
+from magnetar.protocol.errors import AuthenticationError
+
+# Names ``authenticationProviders`` may hold for the token provider.
+TOKEN_PROVIDER_NAMES = ("token", "org.apache.pulsar.broker.authentication.AuthenticationProviderToken")
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticated:
+    role: str
+    method: str
+    expires_at: float | None  # epoch seconds; None: the credentials never expire
+
+
+class AuthenticationProvider(Protocol):
+    method: str
+
+    def authenticate(self, data: bytes | str) -> Authenticated: ...
+
+
+class TokenProvider:
+    """Pulsar's AuthenticationProviderToken: ``auth_data`` is a JWT (bytes or str)."""
+
+    method = c.AUTH_METHOD_TOKEN
+
+    def __init__(self, verifier: TokenVerifier) -> None:
+        self.verifier = verifier
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> TokenProvider:
+        if config.token_secret_key and config.token_public_key:
+            raise ValueError("set tokenSecretKey or tokenPublicKey, not both")
+        if config.token_secret_key:
+            return cls(TokenVerifier("HS256", keys.read_key(config.token_secret_key), config.token_auth_claim))
+        if config.token_public_key:
+            alg = config.token_public_alg
+            if alg not in keys.RSA_ALGORITHMS and alg not in keys.EC_CURVES:
+                raise ValueError(f"tokenPublicAlg {alg!r} is not a public-key algorithm (RS256, ES256, ...)")
+            return cls(TokenVerifier(alg, keys.read_key(config.token_public_key), config.token_auth_claim))
+        raise ValueError("token authentication needs tokenSecretKey or tokenPublicKey")
+
+    def authenticate(self, data: bytes | str) -> Authenticated:
+        try:
+            token = data.decode() if isinstance(data, bytes) else str(data)
+        except UnicodeDecodeError:
+            raise AuthenticationError("Failed to authenticate: the token is not UTF-8 text") from None
+        try:
+            verified = self.verifier.verify(token.strip())
+        except TokenError as exc:
+            raise AuthenticationError(f"Failed to authenticate: {exc}") from None
+        return Authenticated(verified.role, self.method, verified.expires_at)
+
+
+class Authentication:
+    """The providers of one broker, by method."""
+
+    def __init__(self, providers: list[AuthenticationProvider], refresh_check_seconds: float) -> None:
+        self.providers = {p.method: p for p in providers}
+        self.refresh_check_seconds = refresh_check_seconds
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> Authentication | None:
+        """None when authentication is off; ValueError (or ``keys.InvalidKey``) for bad settings."""
+        if not config.authentication_enabled:
+            return None
+        names = config.authentication_providers or ["token"]
+        providers: list[AuthenticationProvider] = []
+        for name in names:
+            if name in TOKEN_PROVIDER_NAMES:
+                providers.append(TokenProvider.from_config(config))
+            else:
+                raise ValueError(f"authentication provider {name!r} is not supported (supported: token)")
+        if config.authentication_refresh_check_seconds <= 0:
+            raise ValueError("authenticationRefreshCheckSeconds must be positive")
+        return cls(providers, config.authentication_refresh_check_seconds)
+
+    def authenticate(self, method: object, data: object) -> Authenticated:
+        if method is None and data is None:
+            raise AuthenticationError("Authentication required: no credentials were given")
+        provider = self.providers.get(method) if isinstance(method, str) else None
+        if provider is None:
+            raise AuthenticationError(
+                f"Authentication method {method!r} is not supported (supported: {', '.join(sorted(self.providers))})"
+            )
+        if not isinstance(data, (bytes, str)) or not data:
+            raise AuthenticationError("Authentication required: no credentials were given")
+        return provider.authenticate(data)
+
+
+_BUILT: weakref.WeakKeyDictionary[object, Authentication | None] = weakref.WeakKeyDictionary()
+
+
+def authentication_for(owner: object, config: BrokerConfig) -> Authentication | None:
+    """The broker's providers, built on first use and kept as long as ``owner`` (the broker)."""
+    try:
+        return _BUILT[owner]
+    except KeyError:
+        built = _BUILT[owner] = Authentication.from_config(config)
+        return built

@@ -1,0 +1,71 @@
+"""``magnetar-admin``'s credentials and TLS, with pulsar-admin's options.
+
+- ``--auth-plugin`` takes Pulsar's class name ``org.apache.pulsar.client.impl.auth.AuthenticationToken``
+  (or ``AuthenticationToken`` / ``token``); ``--auth-params`` is ``token:<jwt>``, ``file:///path``
+  (re-read for every request, so a rotated token is picked up) or the bare JWT. With
+  ``--auth-params`` alone the token plugin is assumed. Without flags, ``MAGNETAR_AUTH_TOKEN``
+  (same forms) is used when set — pulsar-admin reads ``client.conf`` instead; an environment
+  variable fits Kubernetes Secrets and CI better.
+- ``--admin-url https://...`` is checked against ``--tls-trust-cert-path`` (the system's CAs when
+  absent); ``--tls-allow-insecure`` accepts any certificate; the host name is checked only with
+  ``--tls-enable-hostname-verification``, as pulsar-admin (whose default is off).
+
+The token goes in ``Authorization: Bearer`` on every request; it is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import ssl
+from dataclasses import dataclass
+
+from magnetar.client.auth import AuthenticationToken, token_from_params
+from magnetar.client.tls import TlsOptions
+
+TOKEN_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationToken", "AuthenticationToken", "token")
+ENV_TOKEN = "MAGNETAR_AUTH_TOKEN"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSecurity:
+    """What every admin request needs: credentials and, for ``https://``, the TLS context."""
+
+    token: AuthenticationToken | None = None
+    ssl_context: ssl.SSLContext | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {} if self.token is None else {"Authorization": f"Bearer {self.token.token()}"}
+
+
+def add_auth_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--auth-plugin", default=None, help="org.apache.pulsar.client.impl.auth.AuthenticationToken")
+    parser.add_argument("--auth-params", default=None, help="token:<jwt> | file:///path (env MAGNETAR_AUTH_TOKEN)")
+    parser.add_argument("--tls-trust-cert-path", default=None, help="CA certificate(s) for an https:// admin URL")
+    parser.add_argument("--tls-allow-insecure", action="store_true", help="accept any broker certificate")
+    parser.add_argument("--tls-enable-hostname-verification", action="store_true")
+
+
+def security_from_args(args: argparse.Namespace) -> HttpSecurity:
+    """The ``HttpSecurity`` the flags (or ``MAGNETAR_AUTH_TOKEN``) ask for; ``SystemExit`` on a bad one."""
+    plugin, params = args.auth_plugin, args.auth_params
+    token: AuthenticationToken | None = None
+    if plugin is not None and plugin not in TOKEN_PLUGINS:
+        raise SystemExit(f"magnetar-admin: unsupported --auth-plugin {plugin!r}; use {TOKEN_PLUGINS[0]}")
+    if plugin is not None and not params:
+        raise SystemExit("magnetar-admin: --auth-plugin needs --auth-params token:<jwt> or file:///path")
+    if params:
+        token = token_from_params(params)
+    elif os.environ.get(ENV_TOKEN):
+        token = token_from_params(os.environ[ENV_TOKEN])
+    context = None
+    if str(args.admin_url).startswith("https://"):
+        try:
+            context = TlsOptions(
+                args.tls_trust_cert_path,
+                args.tls_allow_insecure,
+                args.tls_enable_hostname_verification,
+            ).context()
+        except ValueError as exc:
+            raise SystemExit(f"magnetar-admin: {exc}") from None
+    return HttpSecurity(token, context)

@@ -1,0 +1,73 @@
+"""The authentication flags of ``magnetar standalone`` and ``magnetar broker`` (broker/auth/).
+
+One flag per Pulsar broker.conf key, in its kebab-case spelling (``--token-secret-key`` for
+``tokenSecretKey``; config files use the broker.conf names, cli/config_file.py). The settings are
+checked as soon as they are parsed, by building the broker's providers: a missing or unreadable
+key stops the process with one line instead of refusing every client later.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def _names(value: Any) -> list[str]:
+    """A list setting: comma-separated (broker.conf) or a YAML list."""
+    items = value if isinstance(value, list) else str(value).split(",")
+    return [str(x).strip() for x in items if str(x).strip()]
+
+
+def add_auth_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--authentication-enabled", type=_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--authentication-providers", type=_names, default=[], help="token (comma-separated)")
+    parser.add_argument("--token-secret-key", default=None, help="file:///path or data:;base64,... (HS256)")
+    parser.add_argument("--token-public-key", default=None, help="file:///path or data:;base64,... (RS256/ES256)")
+    parser.add_argument("--token-auth-claim", default="sub", help="the claim naming the role")
+    parser.add_argument("--token-public-alg", default="RS256")
+    parser.add_argument("--super-user-roles", type=_names, default=[], help="kept for authorization (not yet)")
+    parser.add_argument("--broker-client-authentication-plugin", default=None)
+    parser.add_argument("--broker-client-authentication-parameters", default=None, help="token:<jwt> or file:///path")
+    parser.add_argument("--authentication-refresh-check-seconds", type=float, default=60.0)
+    parser.add_argument("--authenticate-metrics-endpoint", type=_bool, nargs="?", const=True, default=False)
+
+
+def auth_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``BrokerConfig`` keyword arguments from the flags of ``add_auth_flags``."""
+    names = (
+        "authentication_enabled",
+        "authentication_providers",
+        "token_secret_key",
+        "token_public_key",
+        "token_auth_claim",
+        "token_public_alg",
+        "super_user_roles",
+        "broker_client_authentication_plugin",
+        "broker_client_authentication_parameters",
+        "authentication_refresh_check_seconds",
+        "authenticate_metrics_endpoint",
+    )
+    return {name: getattr(args, name) for name in names}
+
+
+def check_auth_settings(config: Any) -> None:
+    """Build the providers and the broker's own token once; bad settings end the process."""
+    from magnetar.broker.auth.http import broker_token
+    from magnetar.broker.auth.providers import Authentication
+
+    try:
+        Authentication.from_config(config)
+        broker_token(config)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"magnetar: authentication settings: {exc}") from None
