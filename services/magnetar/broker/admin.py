@@ -353,6 +353,19 @@ class AdminServer:
     async def _forward(self, request: web.Request, name: TopicName) -> web.Response | None:
         return await self._call_owner(name, request.method, request.path_qs, await request.read())
 
+    async def _topic_on_owner(self, request: web.Request) -> tuple[Any, web.Response | None]:
+        """(the loaded topic, None) when this broker owns the existing topic of ``request``, else
+        (None, the owner's answer to the forwarded request); ``TopicNotFound`` when it does not
+        exist. The topic is a ``PersistentTopic`` (``Any`` here: the route modules that call this
+        take it as their own protocol, e.g. ``CompactedTopic``)."""
+        name = self._topic(request)
+        if not await self.service.resources.topic_exists(name):
+            raise TopicNotFound(f"Topic {name} not found")
+        forwarded = await self._forward(request, name)
+        if forwarded is not None:
+            return None, forwarded
+        return await self.service.get_topic(name, create=False), None
+
     @staticmethod
     def _raise_for(resp: web.Response) -> None:
         if resp.status >= 400:

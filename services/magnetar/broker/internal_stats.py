@@ -19,7 +19,7 @@ from aiohttp import web
 
 from magnetar.broker.compaction.controller import CompactedTopic, TopicCompaction
 from magnetar.ledger.metadata_format import LedgerMetadata
-from magnetar.protocol.errors import NoSuchLedger, TopicNotFound
+from magnetar.protocol.errors import NoSuchLedger
 
 
 def ledger_metadata_doc(md: LedgerMetadata) -> dict[str, Any]:
@@ -97,13 +97,9 @@ def add_internal_stats_route(app: web.Application, admin: Any) -> None:
     ``.../{topic}/{policy}`` catch-all."""
 
     async def internal_stats(request: web.Request) -> web.StreamResponse:
-        name = admin._topic(request)
-        if not await admin.service.resources.topic_exists(name):
-            raise TopicNotFound(f"Topic {name} not found")
-        forwarded = await admin._forward(request, name)
+        topic, forwarded = await admin._topic_on_owner(request)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
-        topic = await admin.service.get_topic(name, create=False)
         wanted = request.query.get("metadata", "false").lower() == "true"
         return web.json_response(await internal_stats_of(topic, metadata=wanted))
 

@@ -25,13 +25,8 @@ def add_compaction_routes(app: web.Application, admin: Any) -> None:
     (its topic parsing and forwarding to the owner; untyped here to keep the modules acyclic)."""
 
     async def topic_of(request: web.Request) -> tuple[CompactedTopic | None, web.StreamResponse | None]:
-        name = admin._topic(request)
-        if not await admin.service.resources.topic_exists(name):
-            raise TopicNotFound(f"Topic {name} not found")
-        forwarded = await admin._forward(request, name)
-        if forwarded is not None:
-            return None, forwarded
-        return await admin.service.get_topic(name, create=False), None
+        found: tuple[CompactedTopic | None, web.StreamResponse | None] = await admin._topic_on_owner(request)
+        return found
 
     def compaction_of(topic: CompactedTopic) -> TopicCompaction:
         comp = topic.compaction
