@@ -87,6 +87,13 @@ REFUSED = [
     pytest.param(["podSecurityContext.runAsNonRoot=false"], "/podSecurityContext/runAsNonRoot", id="root-allowed"),
     pytest.param(["serviceMonitor.enabled=yes-please"], "/serviceMonitor/enabled", id="enabled-not-a-boolean"),
     pytest.param(["persistence.keepClaimsOnUninstall=maybe"], "/persistence/keepClaimsOnUninstall", id="keep-claims"),
+    # spark.*: the Spark jobs' values (test_chart_spark.py has the rest)
+    pytest.param(["spark.submitter=kubeflow"], "/spark/submitter", id="bad-submitter"),
+    pytest.param(["spark.driver.memory=lots"], "/spark/driver/memory", id="bad-memory"),
+    pytest.param(["spark.executor.cores=0"], "/spark/executor/cores", id="no-cores"),
+    pytest.param(["spark.executor.coreRequest=much"], "/spark/executor/coreRequest", id="bad-core-request"),
+    pytest.param(["spark.jobNamespaces={Not_A_Namespace}"], "/spark/jobNamespaces", id="bad-namespace"),
+    pytest.param(["spark.operator.install=true"], "operator", id="no-bundled-spark-operator"),
 ]
 
 
