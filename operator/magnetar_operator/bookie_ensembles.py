@@ -44,6 +44,7 @@ from .reconciling import event
 from .rolling import PAUSED, Replication, RollStep
 
 RESOURCE = (GROUP, VERSION, "bookieensembles")
+API_VERSION, KIND = f"{GROUP}/{VERSION}", "BookieEnsemble"
 RECONCILED = "Reconciled"
 #: How soon a pass runs again while a roll is under way (a pod deleted, or one coming back).
 ROLL_RETRY_SECONDS = 2.0
@@ -172,10 +173,32 @@ def _delete_claim(name: str, namespace: str, ordinal: int) -> None:
     runtime.kube().delete("v1", "PersistentVolumeClaim", f"{CLAIM_NAME}-{name}-{ordinal}", namespace)
 
 
-async def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_status: Any, cause: str) -> None:
+async def reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], cause: str) -> None:
+    """One pass, serialised with the ensemble's other passes and working on its current status.
+
+    kopf runs the drift timer beside the spec handlers, and a pass that waited for the lock holds
+    the body kopf gave it before the previous pass wrote its status. Writing conditions computed
+    from that stale status (kopf's patch replaces the ``conditions`` list whole) undid what the
+    previous pass reported: a finished drain's condition went back to the bookie before. So under
+    the lock each pass re-reads the object, skips a timer pass whose spec is already superseded
+    (the spec handler for the newer generation follows), and writes its status itself before
+    letting the next pass in, instead of through kopf's patch, which lands after the lock is gone.
+    """
     meta = body["metadata"]
-    async with _lock(meta["namespace"], meta["name"]):
-        await _reconcile_bookies(body, spec, patch_status, cause)
+    name, namespace = meta["name"], meta["namespace"]
+    kube = runtime.kube()
+    async with _lock(namespace, name):
+        fresh = await asyncio.to_thread(kube.get, API_VERSION, KIND, name, namespace)
+        if fresh is None:
+            return  # deleted meanwhile: its children go with it (owner references)
+        if cause == "timer" and (fresh.get("metadata") or {}).get("generation") != meta.get("generation"):
+            return
+        status: dict[str, Any] = {}
+        try:
+            await _reconcile_bookies({**body, "status": fresh.get("status") or {}}, spec, status, cause)
+        finally:
+            if status:
+                await asyncio.to_thread(kube.patch_status, API_VERSION, KIND, name, namespace, status)
 
 
 async def _reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], patch_status: Any, cause: str) -> None:
@@ -268,10 +291,10 @@ async def _reconcile_bookies(body: Mapping[str, Any], spec: Mapping[str, Any], p
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-async def apply_bookie_ensemble(body: kopf.Body, spec: kopf.Spec, patch: kopf.Patch, reason: Any, **_: Any) -> None:
-    await reconcile_bookies(body, spec, patch.status, str(getattr(reason, "value", reason)))
+async def apply_bookie_ensemble(body: kopf.Body, spec: kopf.Spec, reason: Any, **_: Any) -> None:
+    await reconcile_bookies(body, spec, str(getattr(reason, "value", reason)))
 
 
 @kopf.timer(*RESOURCE, interval=SETTINGS.reconcile_interval, initial_delay=SETTINGS.reconcile_interval)
-async def correct_bookie_drift(body: kopf.Body, spec: kopf.Spec, patch: kopf.Patch, **_: Any) -> None:
-    await reconcile_bookies(body, spec, patch.status, "timer")
+async def correct_bookie_drift(body: kopf.Body, spec: kopf.Spec, **_: Any) -> None:
+    await reconcile_bookies(body, spec, "timer")

@@ -130,6 +130,20 @@ class Kube:
         resource.patch(body=patch, name=name, namespace=namespace, content_type="application/merge-patch+json")
         return "updated"
 
+    def patch_status(self, api_version: str, kind: str, name: str, namespace: str, status: Mapping[str, Any]) -> bool:
+        """Merge-patch the status subresource (lists such as ``conditions`` are replaced whole);
+        False when the object is gone."""
+        try:
+            self._resource(api_version, kind).status.patch(
+                body={"status": dict(status)},
+                name=name,
+                namespace=namespace,
+                content_type="application/merge-patch+json",
+            )
+        except NotFoundError:
+            return False
+        return True
+
     def select(self, api_version: str, kind: str, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         """The objects of one kind in `namespace` whose labels include all of `selector`."""
         label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))

@@ -112,11 +112,10 @@ def test_scale_down_drains_each_bookie_before_its_pod_and_volume_go(
         messages = [e["message"] for e in crds.events(ns, "bk") if e["reason"] == "BookieDecommissioned"]
         return messages if len(messages) == 2 else None
 
-    # Each pass that drains a bookie records it in an event: one for bk-2, one for bk-1. The
-    # ScaleDownAllowed condition is checked for its reason only: a drift-timer pass that started
-    # before the bk-1 pass's status landed can write the condition back from its older copy of the
-    # status (bk-2's report). A known race of the operator's status writes (kopf runs timers beside
-    # change handlers), failing this test in CI twice; to be fixed in the operator, not here.
+    # Each pass that drains a bookie records it in an event (one for bk-2, one for bk-1), and the
+    # ScaleDownAllowed condition reports the last drain. The condition once went back to bk-2's
+    # report when a drift-timer pass wrote the status it had read before the bk-1 pass's write
+    # landed; passes now re-read the status under the ensemble's lock (bookie_ensembles.py).
     messages = wait_for("two BookieDecommissioned events", decommissioned, timeout=120.0)
     assert sorted("bk-2.bk." in m for m in messages) == [False, True], messages
     assert sorted("bk-1.bk." in m for m in messages) == [False, True], messages
@@ -124,6 +123,15 @@ def test_scale_down_drains_each_bookie_before_its_pod_and_volume_go(
     obj = crds.get("bookieensembles.magnetar.dev", "bk", ns)
     assert obj is not None and obj["spec"]["replicas"] == 1  # the user's spec stays as written
     assert condition(obj, "ScaleDownAllowed")["reason"] == "Decommissioned"
+    wait_for(
+        "the condition to report bk-1's drain",
+        lambda: (
+            "bk-1.bk."
+            in condition(crds.get("bookieensembles.magnetar.dev", "bk", ns) or {}, "ScaleDownAllowed").get(
+                "message", ""
+            )
+        ),
+    )
     for ordinal in (1, 2):
         claim = f"data-bk-{ordinal}"
         wait_for(f"the claim {claim} to go", partial(gone, crds, "persistentvolumeclaim", claim, ns))
@@ -137,6 +145,7 @@ def test_scale_down_drains_each_bookie_before_its_pod_and_volume_go(
     sts_where(crds, ns, "bk", lambda s: container(s)["image"].endswith(":4"), "a later pass (image :4)")
     later = crds.get("bookieensembles.magnetar.dev", "bk", ns)
     assert later is not None and condition(later, "ScaleDownAllowed")["reason"] == "Decommissioned"
+    assert "bk-1.bk." in condition(later, "ScaleDownAllowed")["message"]  # not written back to bk-2's
     assert crds.get("persistentvolumeclaim", "data-bk-0", ns) is not None
     assert [e["reason"] for e in crds.events(ns, "bk")].count("BookieDecommissioned") == 2
 
