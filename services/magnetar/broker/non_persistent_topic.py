@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from magnetar.broker.consumer import ServerConsumer
-from magnetar.broker.dispatchers import Dispatcher, dispatcher_for
+from magnetar.broker.dispatchers import Dispatcher, check_joinable, dispatcher_for
 from magnetar.broker.dispatchers.key_shared import KeySharedDispatcher
 from magnetar.broker.key_hash import key_hash
 from magnetar.broker.policies import EffectivePolicies
@@ -81,10 +81,7 @@ class NonPersistentSubscription:
 
     # ------------------------------------------------------------------ consumers
     def add_consumer(self, consumer: ServerConsumer, sub_type: str) -> None:
-        if self.dispatcher.consumers and sub_type != self.dispatcher.sub_type:
-            raise InvalidCommand(
-                f"subscription {self.name} is {self.dispatcher.sub_type}; cannot join it as {sub_type}"
-            )
+        check_joinable(self.dispatcher, sub_type, self.name)
         if not self.dispatcher.consumers and sub_type != self.dispatcher.sub_type:
             self.dispatcher = dispatcher_for(sub_type, self.partition_index)
         self.dispatcher.add(consumer)

@@ -40,7 +40,7 @@ from typing import Any, Protocol, cast
 
 from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.delayed_delivery import DelayedDeliveryTracker, now_ms
-from magnetar.broker.dispatchers import Dispatcher, dispatcher_for
+from magnetar.broker.dispatchers import Dispatcher, check_joinable, dispatcher_for
 from magnetar.broker.dispatchers.key_shared import KeySharedDispatcher
 from magnetar.broker.expiry_stats import ExpiryStats
 from magnetar.broker.key_hash import key_hash
@@ -128,10 +128,7 @@ class Subscription:
 
     # ------------------------------------------------------------------ consumers
     def add_consumer(self, consumer: ServerConsumer, sub_type: str) -> None:
-        if self.dispatcher.consumers and sub_type != self.dispatcher.sub_type:
-            raise InvalidCommand(
-                f"subscription {self.name} is {self.dispatcher.sub_type}; cannot join it as {sub_type}"
-            )
+        check_joinable(self.dispatcher, sub_type, self.name)
         if not self.dispatcher.consumers and sub_type != self.dispatcher.sub_type:
             self._change_type(sub_type)
         had_consumers = bool(self.dispatcher.consumers)

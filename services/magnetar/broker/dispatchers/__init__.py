@@ -25,4 +25,11 @@ def dispatcher_for(sub_type: str, partition_index: int = -1) -> Dispatcher:
     return cls(partition_index)
 
 
-__all__ = ["DISPATCHERS", "Dispatcher", "dispatcher_for"]
+def check_joinable(dispatcher: Dispatcher, sub_type: str, subscription: str) -> None:
+    """A subscription keeps its type while it has consumers (persistent and non-persistent alike):
+    a consumer asking for another type is refused; with no consumers the caller may re-type it."""
+    if dispatcher.consumers and sub_type != dispatcher.sub_type:
+        raise InvalidCommand(f"subscription {subscription} is {dispatcher.sub_type}; cannot join it as {sub_type}")
+
+
+__all__ = ["DISPATCHERS", "Dispatcher", "check_joinable", "dispatcher_for"]
