@@ -78,10 +78,13 @@ def release(cluster: Cluster, images: Images) -> Release:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Uninstalling ends the session's release, so the e2e uninstall tests run last: the tests of
-    files collected after the main one (the Spark export) use the release before it goes."""
-    last = [i for i in items if i.name.startswith("test_uninstall") and Path(i.path).parent == Path(__file__).parent]
-    if last:
-        items[:] = [i for i in items if i not in last] + last
+    files collected after the main one (the Spark export) use the release before it goes. The
+    secure install (test_secure_install.py, a release of its own) comes after that uninstall."""
+    here = Path(__file__).parent
+    secure = [i for i in items if Path(i.path) == here / "test_secure_install.py"]
+    last = [i for i in items if i.name.startswith("test_uninstall") and Path(i.path).parent == here]
+    if last or secure:
+        items[:] = [i for i in items if i not in last and i not in secure] + last + secure
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

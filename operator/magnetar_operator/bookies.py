@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import manifests
+from . import identity, manifests, transport_tls
+from .config import SETTINGS
 
 BOOKIE_PORT = 3181
 HTTP_PORT = 8000
@@ -52,20 +53,43 @@ def delete_claim(spec: Mapping[str, Any]) -> bool:
     return bool((spec.get("storage") or {}).get("deleteClaim", True))
 
 
-def render_bookie_config(spec: Mapping[str, Any], name: str, namespace: str) -> str:
-    defaults = {
+def _auth(auth: identity.AuthSettings | None) -> identity.AuthSettings:
+    """``auth`` None: the operator's setting (identity.py; off unless MAGNETAR_AUTH_ENABLED)."""
+    return SETTINGS.auth if auth is None else auth
+
+
+def _tls(tls: transport_tls.TlsSettings | None) -> transport_tls.TlsSettings:
+    """``tls`` None: the operator's setting (transport_tls.py; off unless MAGNETAR_TLS_SECRET)."""
+    return SETTINGS.tls if tls is None else tls
+
+
+def render_bookie_config(
+    spec: Mapping[str, Any],
+    name: str,
+    namespace: str,
+    auth: identity.AuthSettings | None = None,
+    tls: transport_tls.TlsSettings | None = None,
+) -> str:
+    defaults: dict[str, Any] = {
         "bookiePort": BOOKIE_PORT,
         "httpPort": HTTP_PORT,
         "dataDir": f"{DATA_PATH}/ledgers",
         "advertisedAddressTemplate": f"{{POD_NAME}}.{name}.{namespace}.svc",
     }
+    defaults.update(identity.bookie_config(_auth(auth)))
+    defaults.update(transport_tls.bookie_config(_tls(tls)))
     return manifests.render_config(defaults, spec.get("config"))
 
 
 def build_bookie_configmap(
-    spec: Mapping[str, Any], name: str, namespace: str, owner: Mapping[str, Any] | None = None
+    spec: Mapping[str, Any],
+    name: str,
+    namespace: str,
+    owner: Mapping[str, Any] | None = None,
+    auth: identity.AuthSettings | None = None,
+    tls: transport_tls.TlsSettings | None = None,
 ) -> dict[str, Any]:
-    files = {CONFIG_FILE: render_bookie_config(spec, name, namespace)}
+    files = {CONFIG_FILE: render_bookie_config(spec, name, namespace, auth, tls)}
     return manifests.build_configmap(config_name(name), namespace, bookie_labels(name), files, owner)
 
 
@@ -96,11 +120,13 @@ def build_bookie_statefulset(
     replicas: int | None = None,
     config_checksum: str | None = None,
     default_security_context: Mapping[str, Any] | None = None,
+    auth: identity.AuthSettings | None = None,
+    tls: transport_tls.TlsSettings | None = None,
 ) -> dict[str, Any]:
     """The bookie StatefulSet. `replicas` overrides spec.replicas (used to refuse scale-down);
     `default_security_context` is the pods' securityContext when spec.podSecurityContext is unset."""
     storage = spec["storage"]
-    checksum = config_checksum or manifests.checksum(render_bookie_config(spec, name, namespace))
+    checksum = config_checksum or manifests.checksum(render_bookie_config(spec, name, namespace, auth, tls))
     container: dict[str, Any] = {
         "name": COMPONENT,
         "image": spec["image"],
@@ -133,6 +159,8 @@ def build_bookie_statefulset(
     security = spec.get("podSecurityContext") or default_security_context
     if security:
         pod_spec["securityContext"] = dict(security)
+    identity.add_mounts(pod_spec, container, _auth(auth), "bookie")
+    transport_tls.add_mount(pod_spec, container, _tls(tls))
     affinity = manifests.anti_affinity(spec.get("antiAffinity", "preferred"), selector(name))
     if affinity:
         pod_spec["affinity"] = affinity
@@ -184,9 +212,11 @@ def build_bookie_children(
     owner: Mapping[str, Any] | None = None,
     replicas: int | None = None,
     default_security_context: Mapping[str, Any] | None = None,
+    auth: identity.AuthSettings | None = None,
+    tls: transport_tls.TlsSettings | None = None,
 ) -> list[dict[str, Any]]:
     """All children in the order they should be applied (config before the pods that mount it)."""
-    configmap = build_bookie_configmap(spec, name, namespace, owner)
+    configmap = build_bookie_configmap(spec, name, namespace, owner, auth, tls)
     digest = manifests.checksum(configmap["data"][CONFIG_FILE])
     return [
         configmap,
@@ -199,6 +229,8 @@ def build_bookie_children(
             replicas=replicas,
             config_checksum=digest,
             default_security_context=default_security_context,
+            auth=auth,
+            tls=tls,
         ),
         build_bookie_pdb(name, namespace, api_version=pdb_api_version, owner=owner),
     ]

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import manifests
+from . import identity, manifests, transport_tls
+from .config import SETTINGS
 
 BINARY_PORT = 6650
 HTTP_PORT = 8080
@@ -52,6 +53,10 @@ class BrokerSet:
     isolated_tenant: str | None = None
     #: The pods' securityContext (runAsUser, fsGroup, ...); empty: the image's defaults.
     pod_security_context: Mapping[str, Any] = field(default_factory=dict)
+    #: Internal identity (identity.py): the operator's setting unless given; off by default.
+    auth: identity.AuthSettings = field(default_factory=lambda: SETTINGS.auth)
+    #: TLS from the chart's certificate Secret (transport_tls.py): the operator's setting; off by default.
+    tls: transport_tls.TlsSettings = field(default_factory=lambda: SETTINGS.tls)
 
 
 def selector(name: str) -> dict[str, str]:
@@ -77,6 +82,8 @@ def render_broker_config(bs: BrokerSet) -> str:
     }
     if bs.isolated_tenant:
         defaults["isolatedTenant"] = bs.isolated_tenant
+    defaults.update(identity.broker_config(bs.auth))
+    defaults.update(transport_tls.broker_config(bs.tls))
     return manifests.render_config(defaults, bs.config)
 
 
@@ -85,11 +92,12 @@ def build_broker_configmap(bs: BrokerSet, owner: Mapping[str, Any] | None = None
     return manifests.build_configmap(f"{bs.name}-config", bs.namespace, broker_labels(bs), files, owner)
 
 
-def _ports(target: bool) -> list[dict[str, Any]]:
+def _ports(target: bool, tls: transport_tls.TlsSettings | None = None) -> list[dict[str, Any]]:
     ports: list[dict[str, Any]] = [
         {"name": "binary", "port": BINARY_PORT, "protocol": "TCP"},
         {"name": "http", "port": HTTP_PORT, "protocol": "TCP"},
     ]
+    ports += [{"name": n, "port": p, "protocol": "TCP"} for n, p in transport_tls.broker_ports(tls or SETTINGS.tls)]
     if target:
         for port in ports:
             port["targetPort"] = port["name"]
@@ -102,7 +110,7 @@ def build_broker_services(bs: BrokerSet, owner: Mapping[str, Any] | None = None)
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": manifests.metadata(bs.name, bs.namespace, broker_labels(bs), owner),
-        "spec": {"type": "ClusterIP", "selector": selector(bs.name), "ports": _ports(True)},
+        "spec": {"type": "ClusterIP", "selector": selector(bs.name), "ports": _ports(True, bs.tls)},
     }
     headless = {
         "apiVersion": "v1",
@@ -112,7 +120,7 @@ def build_broker_services(bs: BrokerSet, owner: Mapping[str, Any] | None = None)
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": selector(bs.name),
-            "ports": _ports(True),
+            "ports": _ports(True, bs.tls),
         },
     }
     return [client, headless]
@@ -136,6 +144,7 @@ def build_broker_statefulset(
         "ports": [
             {"name": "binary", "containerPort": BINARY_PORT, "protocol": "TCP"},
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            *({"name": n, "containerPort": p, "protocol": "TCP"} for n, p in transport_tls.broker_ports(bs.tls)),
         ],
         "env": env,
         "readinessProbe": manifests.http_probe("/ready", "http", initial=5, period=5, failures=3),
@@ -154,6 +163,8 @@ def build_broker_statefulset(
     }
     if bs.pod_security_context:
         pod_spec["securityContext"] = dict(bs.pod_security_context)
+    identity.add_mounts(pod_spec, container, bs.auth, "broker")
+    transport_tls.add_mount(pod_spec, container, bs.tls)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .identity import AuthSettings
+from .transport_tls import TlsSettings
+
 GROUP = "magnetar.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -48,6 +51,10 @@ def _bool(name: str, default: bool) -> bool:
     if raw is None or raw == "":
         return default
     return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _names(name: str, default: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in (os.environ.get(name) or default).split(",") if n.strip())
 
 
 def _json_dict(name: str) -> dict[str, Any]:
@@ -85,6 +92,14 @@ class Settings:
     operator_deployment: str = ""
     #: The pod securityContext of broker pods, and of bookie pods whose BookieEnsemble sets none.
     pod_security_context: dict[str, Any] = field(default_factory=dict)
+    #: Internal identity (identity.py): the signing key Secret, token Secrets, superuser roles.
+    auth_enabled: bool = False
+    auth_key_secret: str = "magnetar-auth-key"
+    auth_token_secret_prefix: str = "magnetar-token"
+    auth_super_user_roles: tuple[str, ...] = ("broker", "bookie", "operator", "jobs", "admin")
+    auth_authorization: bool = True
+    #: The certificate Secret of broker and bookie TLS (transport_tls.py); empty: TLS off.
+    tls_secret: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -105,7 +120,29 @@ class Settings:
             image_pull_policy=os.environ.get("MAGNETAR_IMAGE_PULL_POLICY", "IfNotPresent"),
             operator_deployment=os.environ.get("MAGNETAR_OPERATOR_DEPLOYMENT", ""),
             pod_security_context=_json_dict("MAGNETAR_POD_SECURITY_CONTEXT"),
+            auth_enabled=_bool("MAGNETAR_AUTH_ENABLED", False),
+            auth_key_secret=os.environ.get("MAGNETAR_AUTH_KEY_SECRET") or "magnetar-auth-key",
+            auth_token_secret_prefix=os.environ.get("MAGNETAR_AUTH_TOKEN_SECRET_PREFIX") or "magnetar-token",
+            auth_super_user_roles=_names("MAGNETAR_AUTH_SUPERUSER_ROLES", "broker,bookie,operator,jobs,admin"),
+            auth_authorization=_bool("MAGNETAR_AUTH_AUTHORIZATION_ENABLED", True),
+            tls_secret=os.environ.get("MAGNETAR_TLS_SECRET", "").strip(),
         )
+
+    @property
+    def auth(self) -> AuthSettings:
+        """The identity settings the builders and the token minting use."""
+        return AuthSettings(
+            enabled=self.auth_enabled,
+            key_secret=self.auth_key_secret,
+            token_secret_prefix=self.auth_token_secret_prefix,
+            super_user_roles=self.auth_super_user_roles,
+            authorization=self.auth_authorization,
+        )
+
+    @property
+    def tls(self) -> TlsSettings:
+        """The TLS settings the broker and bookie builders use."""
+        return TlsSettings(self.tls_secret)
 
 
 SETTINGS = Settings.from_env()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,13 +124,28 @@ def _pod_spec(part: Mapping[str, Any], labels: Mapping[str, str], settings: Spar
     return spec
 
 
-def application_spec(arguments: list[str], executors: int, settings: SparkSettings, job: str) -> dict[str, Any]:
-    """The SparkApplicationSpec (also the template of a ScheduledSparkApplication)."""
+def application_spec(
+    arguments: list[str],
+    executors: int,
+    settings: SparkSettings,
+    job: str,
+    env: Sequence[Mapping[str, Any]] = (),
+    secrets: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The SparkApplicationSpec (also the template of a ScheduledSparkApplication); ``env`` and
+    ``secrets`` go to the driver and the executors (the jobs token with auth on,
+    identity.spark_env; the TLS CA with tls on, transport_tls.spark_env/spark_secrets)."""
     pod_labels = {"app.kubernetes.io/name": "magnetar", "app.kubernetes.io/component": f"spark-{job}"}
     driver = _pod_spec(settings.driver, pod_labels, settings)
     driver["serviceAccount"] = settings.service_account
     executor = _pod_spec(settings.executor, pod_labels, settings)
     executor["instances"] = int(executors)
+    if env:
+        driver["env"] = [dict(e) for e in env]
+        executor["env"] = [dict(e) for e in env]
+    if secrets:
+        driver["secrets"] = [dict(e) for e in secrets]
+        executor["secrets"] = [dict(e) for e in secrets]
     spec: dict[str, Any] = {
         "type": "Python",
         "pythonVersion": "3",
@@ -149,24 +164,44 @@ def application_spec(arguments: list[str], executors: int, settings: SparkSettin
     return spec
 
 
+def _hashed(
+    section: Mapping[str, Any],
+    arguments: list[str],
+    env: Sequence[Mapping[str, Any]],
+    secrets: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """What a one-off application's hash covers: env and secrets only when there are (see below)."""
+    hashed: dict[str, Any] = {"section": dict(section), "arguments": arguments}
+    if env:
+        hashed["env"] = [dict(e) for e in env]
+    if secrets:
+        hashed["secrets"] = [dict(e) for e in secrets]
+    return hashed
+
+
 def build_application(
     owner: Mapping[str, Any],
     kind: JobKind,
     arguments: list[str],
     section: Mapping[str, Any],
     settings: SparkSettings,
+    env: Sequence[Mapping[str, Any]] = (),
+    secrets: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A ScheduledSparkApplication when `section` has a schedule, else a SparkApplication.
 
     Owned by `owner` (a controller reference), so deleting the resource deletes the application,
-    its runs, and (job submitter) their Jobs and pods, through the garbage collector.
+    its runs, and (job submitter) their Jobs and pods, through the garbage collector. ``env`` and
+    ``secrets`` (the driver's and executors') are part of the spec hash when given, so an
+    application made before authentication or TLS was turned on is replaced by one with the token
+    or the CA; with none the hash is what it always was, so turning nothing on replaces nothing.
     """
     schedule = section.get("schedule")
     if schedule:
         validate_schedule(str(schedule))
     meta = owner["metadata"]
     name = app_name(meta["name"], kind.job)
-    spec = application_spec(arguments, int(section.get("executors", 2)), settings, kind.job)
+    spec = application_spec(arguments, int(section.get("executors", 2)), settings, kind.job, env, secrets)
     labels = {
         "app.kubernetes.io/name": "magnetar",
         "app.kubernetes.io/component": f"spark-{kind.job}",
@@ -179,7 +214,7 @@ def build_application(
         "name": name,
         "namespace": meta["namespace"],
         "labels": labels,
-        "annotations": {SPEC_HASH: spec_hash({"section": dict(section), "arguments": arguments})},
+        "annotations": {SPEC_HASH: spec_hash(_hashed(section, arguments, env, secrets))},
         "ownerReferences": [owner_reference(owner)],
     }
     if not schedule:

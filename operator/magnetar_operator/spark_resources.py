@@ -25,7 +25,7 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from . import conditions, namespaces, tenants, topics
+from . import conditions, identity, identity_sync, namespaces, tenants, topics, transport_tls
 from .conditions import Condition
 from .config import SETTINGS
 from .manifests import MANAGED_BY
@@ -132,12 +132,18 @@ async def reconcile(
         return
     previous = status.get(kind.section) or {}
     try:
-        desired = build_application(body, kind, arguments(section), section, SPARK)
+        # With auth on, driver and executors get the jobs token (identity.py) from a Secret there,
+        # with TLS on the CA (transport_tls.py); both are part of the spec hash, so an application
+        # made before either was on is replaced.
+        env = identity.spark_env(SETTINGS.auth) + transport_tls.spark_env(SETTINGS.tls)
+        secrets = transport_tls.spark_secrets(SETTINGS.tls)
+        desired = build_application(body, kind, arguments(section), section, SPARK, env, secrets)
     except InvalidSparkSpec as exc:
         _write(patch.status, status, Condition(kind.condition, False, "InvalidSpec", str(exc)), kind)
         kopf.warn(cast(kopf.Body, body), reason="InvalidSpec", message=str(exc))
         return
     name = desired["metadata"]["name"]
+    await identity_sync.ensure_jobs_token(desired["metadata"]["namespace"])
     try:
         wrote = await asyncio.to_thread(ensure_application, kube, body, desired, previous)
     except InvalidSparkSpec as exc:

@@ -97,6 +97,20 @@ def volume_confs(volumes: list[Mapping[str, Any]], mounts: list[Mapping[str, Any
     return confs
 
 
+def _executor_secret_env(env: list[Mapping[str, Any]], secrets: list[Mapping[str, Any]]) -> list[str]:
+    """Executor env vars (from Secrets: the jobs token, identity.py; or values: the TLS CA's path,
+    transport_tls.py) and Secret mounts (the CA copy) as Spark's own confs."""
+    confs = []
+    for var in env:
+        ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            confs.append(f"spark.kubernetes.executor.secretKeyRef.{var['name']}={ref['name']}:{ref['key']}")
+        elif "value" in var:
+            confs.append(f"spark.executorEnv.{var['name']}={var['value']}")
+    confs += [f"spark.kubernetes.executor.secrets.{s['name']}={s['path']}" for s in secrets]
+    return confs
+
+
 def submit_command(app: Mapping[str, Any]) -> list[str]:
     """spark-submit in client mode, the Job's pod being the driver."""
     meta, spec = app["metadata"], app["spec"]
@@ -120,6 +134,7 @@ def submit_command(app: Mapping[str, Any]) -> list[str]:
         confs.append(f"spark.kubernetes.executor.request.cores={executor['coreRequest']}")
     confs += [f"spark.kubernetes.executor.label.{k}={v}" for k, v in sorted((executor.get("labels") or {}).items())]
     confs += volume_confs(spec.get("volumes") or [], executor.get("volumeMounts") or [])
+    confs += _executor_secret_env(executor.get("env") or [], executor.get("secrets") or [])
     confs += [f"{k}={v}" for k, v in sorted((spec.get("sparkConf") or {}).items())]
     command = ["/opt/spark/bin/spark-submit", "--master", MASTER, "--deploy-mode", "client", "--name", meta["name"]]
     for conf in confs:
@@ -143,11 +158,19 @@ def build_submit_job(app: Mapping[str, Any], pod_security_context: Mapping[str, 
         "image": spec["image"],
         "imagePullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
         "args": submit_command(app),
-        "env": [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}} for n, p in field],
+        "env": [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}} for n, p in field]
+        + [dict(e) for e in driver.get("env") or []],
         "resources": {"requests": requests},
     }
-    if driver.get("volumeMounts"):
-        container["volumeMounts"] = [dict(m) for m in driver["volumeMounts"]]
+    mounts = [dict(m) for m in driver.get("volumeMounts") or []]
+    secrets = driver.get("secrets") or []  # the driver is this pod: Secret volumes of its own
+    secret_volumes = [{"name": f"secret-{i}", "secret": {"secretName": sec["name"]}} for i, sec in enumerate(secrets)]
+    mounts += [
+        {"name": v["name"], "mountPath": sec["path"], "readOnly": True}
+        for v, sec in zip(secret_volumes, secrets, strict=True)
+    ]
+    if mounts:
+        container["volumeMounts"] = mounts
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": driver.get("serviceAccount", "default"),
@@ -155,8 +178,8 @@ def build_submit_job(app: Mapping[str, Any], pod_security_context: Mapping[str, 
     }
     if pod_security_context:
         pod["securityContext"] = dict(pod_security_context)
-    if spec.get("volumes"):
-        pod["volumes"] = [dict(v) for v in spec["volumes"]]
+    if spec.get("volumes") or secret_volumes:
+        pod["volumes"] = [dict(v) for v in spec.get("volumes") or []] + secret_volumes
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

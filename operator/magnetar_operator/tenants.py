@@ -2,8 +2,9 @@
 
 The broker-side name is spec.name, defaulting to metadata.name. Admin roles and allowed clusters
 are compared as sets, so reordering them in the spec causes no write. Isolation creates a broker
-StatefulSet owned by the Tenant (so it goes when the Tenant goes); restricting the tenant's
-bundles to that set is the brokers' job, and until they do it PoliciesApplied says so.
+StatefulSet owned by the Tenant (so it goes when the Tenant goes) and binds the tenant to it with a
+namespace isolation policy (``isolation_policy.py``), which the brokers enforce; PoliciesApplied
+names the policy. Turning isolation off, or deleting the Tenant, removes both.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .admin import Conflict, NotFound
 from .brokers import BrokerSet, build_broker_children, isolated_set_name
 from .conditions import POLICIES, Condition
 from .config import GROUP, SETTINGS, VERSION
+from .isolation_policy import apply_policy, policy_name, remove_policy
 from .reconciling import Outcome
 
 RESOURCE = (GROUP, VERSION, "tenants")
@@ -102,14 +104,16 @@ async def reconcile_tenant(body: Mapping[str, Any], spec: Mapping[str, Any]) -> 
     if bs is not None:
         out.changes += await asyncio.to_thread(_apply_set, body, bs)
         out.status["brokerSet"] = bs.name
+        out.changes += await apply_policy(admin, name, bs)
         out.policy = Condition(
             POLICIES,
-            False,
-            "NotApplied",
-            f"isolation: broker set {bs.name} ({bs.replicas} brokers) is in place, but the brokers do "
-            f"not yet restrict tenant {name}'s bundles to it (stored, not applied)",
+            True,
+            "Applied",
+            f"admin roles and allowed clusters applied; isolation: namespace isolation policy "
+            f"{policy_name(name)} binds tenant {name}'s namespaces to broker set {bs.name} ({bs.replicas} brokers)",
         )
     else:
+        out.changes += await remove_policy(admin, name)
         if previous:
             out.changes += await asyncio.to_thread(_remove_set, meta["namespace"], previous)
             out.status["brokerSet"] = None
@@ -131,9 +135,15 @@ async def correct_tenant_drift(body: kopf.Body, spec: kopf.Spec, patch: kopf.Pat
     await reconciling.run(ctx, lambda: reconcile_tenant(body, spec))
 
 
+async def _drop_policy(name: str) -> None:
+    await remove_policy(runtime.admin(), name)
+
+
 @kopf.on.delete(*RESOURCE)
 async def delete_tenant(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> None:
     name = tenant_name(spec, meta)
+    if isolated_set(spec, meta) is not None:  # even when kept: the isolated set goes with the Tenant
+        await reconciling.deleting(body, f"isolation policy of tenant {name}", lambda: _drop_policy(name))
     if reconciling.keep_after_deletion(spec):
         reconciling.event(body, "Kept", f"tenant {name} kept on the brokers (KeepAfterDeletion)")
         return

@@ -284,6 +284,7 @@ ALLOWED = [
         for kind in ("tenants", "bookieensembles")
     ],
     ("update", "bookieensembles.magnetar.dev", "--subresource=finalizers", "-n", "default"),
+    ("get", "bookieensembles.magnetar.dev", "-n", "default"),
     ("create", "events", "-n", "default"),
     *[(verb, "statefulsets.apps", "-n", "default") for verb in ("get", "create", "patch", "delete")],
     *[(verb, "services", "-n", "default") for verb in ("get", "create", "patch", "delete")],

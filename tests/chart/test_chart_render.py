@@ -246,6 +246,7 @@ OPERATOR_CLUSTER_RULES = {
     **{("magnetar.dev", f"{kind}/status"): {"patch"} for kind in KINDS},
     ("magnetar.dev", "tenants/finalizers"): {"update"},
     ("magnetar.dev", "bookieensembles/finalizers"): {"update"},
+    ("magnetar.dev", "bookieensembles"): {"get", "list", "watch", "patch"},  # a pass re-reads it
     ("", "events"): {"create"},
     ("apps", "statefulsets"): {"get", "create", "patch", "delete"},
     ("", "services"): {"get", "create", "patch", "delete"},

@@ -223,7 +223,7 @@ def test_isolated_tenant_gets_its_own_broker_set(operator: OperatorProcess, crds
     obj = wait_for("the Tenant Ready", reported)
     assert obj["status"]["brokerSet"] == "magnetar-broker-iso"
     policies = condition(obj, "PoliciesApplied")
-    assert policies["status"] == "False" and "not applied" in policies["message"]
+    assert policies["status"] == "True" and "namespace isolation policy tenant-iso" in policies["message"]
 
     tenant["spec"] = {"isolation": {"enabled": False}}
     crds.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(tenant))

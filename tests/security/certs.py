@@ -2,8 +2,10 @@
 
 ``make_pki(dir)`` writes a CA, a server certificate for the name ``localhost`` (deliberately not
 for the address ``127.0.0.1``, so dialling the address shows a host name mismatch) signed by it,
-a client certificate (for mTLS) signed by it, and a second, unrelated CA with a server
-certificate of its own, so a test can show a client trusting the wrong CA being refused. Keys are
+a client certificate (for mTLS, CN ``test-client``) signed by it, two more client certificates
+for the TLS authentication provider's roles (CN ``admin`` and CN ``intruder``), and a second,
+unrelated CA with a server certificate and a client certificate (CN ``test-client``) of its own,
+so a test can show a client trusting the wrong CA, or a certificate from the wrong CA, refused. Keys are
 EC P-256: quick to make (a test module makes a fresh set) and accepted by every TLS 1.2/1.3 stack.
 Nothing here is secret or long-lived: certificates are valid for a day.
 """
@@ -33,6 +35,12 @@ class Pki:
     other_ca_cert: Path
     other_server_cert: Path
     other_server_key: Path
+    admin_cert: Path
+    admin_key: Path
+    intruder_cert: Path
+    intruder_key: Path
+    other_client_cert: Path
+    other_client_key: Path
 
 
 def _name(common_name: str) -> x509.Name:
@@ -133,6 +141,12 @@ def make_pki(directory: Path) -> Pki:
         ips=["127.0.0.1"],
         usage=ExtendedKeyUsageOID.SERVER_AUTH,
     )
+    client = ExtendedKeyUsageOID.CLIENT_AUTH
+    admin_cert, admin_key = _leaf(ca_cert, ca_key, "admin", dns=[], ips=[], usage=client)
+    intruder_cert, intruder_key = _leaf(ca_cert, ca_key, "intruder", dns=[], ips=[], usage=client)
+    other_client_cert, other_client_key = _leaf(
+        other_ca_cert, other_ca_key, "test-client", dns=[], ips=[], usage=client
+    )
     d = directory
     return Pki(
         ca_cert=_write_cert(ca_cert, d / "ca.cert.pem"),
@@ -143,4 +157,10 @@ def make_pki(directory: Path) -> Pki:
         other_ca_cert=_write_cert(other_ca_cert, d / "other-ca.cert.pem"),
         other_server_cert=_write_cert(other_cert, d / "other-server.cert.pem"),
         other_server_key=_write_key(other_key, d / "other-server.key.pem"),
+        admin_cert=_write_cert(admin_cert, d / "admin.cert.pem"),
+        admin_key=_write_key(admin_key, d / "admin.key.pem"),
+        intruder_cert=_write_cert(intruder_cert, d / "intruder.cert.pem"),
+        intruder_key=_write_key(intruder_key, d / "intruder.key.pem"),
+        other_client_cert=_write_cert(other_client_cert, d / "other-client.cert.pem"),
+        other_client_key=_write_key(other_client_key, d / "other-client.key.pem"),
     )

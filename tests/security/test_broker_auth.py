@@ -246,7 +246,7 @@ def test_r62_expiry_is_challenged_and_a_fresh_token_keeps_the_connection(
     hs_broker: StandaloneProcess, secrets: Keys, topic: str
 ) -> None:
     created_topic(hs_broker, secrets.hs(), topic)
-    wire, answer = connect(hs_broker.service_url, secrets.hs(expires_in=2))
+    wire, answer = connect(hs_broker.service_url, secrets.hs(expires_in=3))
     with wire:
         assert answer["t"] == c.CONNECTED
         open_producer(wire, topic, 1)
@@ -255,7 +255,7 @@ def test_r62_expiry_is_challenged_and_a_fresh_token_keeps_the_connection(
         assert challenge == {"t": c.AUTH_CHALLENGE, "auth_method": "token", "auth_data": b"refresh"}
         # A fresh token that itself expires soon: a second challenge proves the connection
         # outlived the first one's deadline (one check period) and was not closed.
-        wire.send(c.auth_response("token", secrets.hs(expires_in=2).encode()))
+        wire.send(c.auth_response("token", secrets.hs(expires_in=3).encode()))
         assert publish(wire, 1, 1, b"after refresh")["t"] == c.SEND_RECEIPT
         assert wire.next_t(c.AUTH_CHALLENGE)["auth_data"] == b"refresh"
         wire.send(c.auth_response("token", secrets.hs().encode()))  # never expires
@@ -267,7 +267,7 @@ def test_r63_no_answer_to_a_challenge_closes_the_connection(
     hs_broker: StandaloneProcess, secrets: Keys, topic: str
 ) -> None:
     created_topic(hs_broker, secrets.hs(), topic)
-    wire, answer = connect(hs_broker.service_url, secrets.hs(expires_in=2))
+    wire, answer = connect(hs_broker.service_url, secrets.hs(expires_in=3))
     with wire:
         assert answer["t"] == c.CONNECTED
         open_producer(wire, topic, 1)
@@ -290,7 +290,7 @@ def test_r63_a_bad_answer_to_a_challenge_closes_the_connection(
     hs_broker: StandaloneProcess, secrets: Keys, topic: str, case: str
 ) -> None:
     created_topic(hs_broker, secrets.hs(), topic)
-    wire, _ = connect(hs_broker.service_url, secrets.hs(expires_in=2))
+    wire, _ = connect(hs_broker.service_url, secrets.hs(expires_in=3))
     with wire:
         open_producer(wire, topic, 1)
         wire.next_t(c.AUTH_CHALLENGE)

@@ -153,4 +153,7 @@ Checks across values that values.schema.json cannot express; rendering fails wit
 {{- if gt (int $c.ensembleSize) (int .Values.bookies.replicas) -}}
 {{- fail (printf "cluster.ensembleSize (%d) needs at least that many bookies, but bookies.replicas is %d" (int $c.ensembleSize) (int .Values.bookies.replicas)) -}}
 {{- end -}}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) -}}
+{{- fail "tls.enabled needs tls.existingSecret: a Secret with tls.crt, tls.key and ca.crt (e.g. a cert-manager Certificate's)" -}}
+{{- end -}}
 {{- end -}}

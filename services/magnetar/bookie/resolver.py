@@ -4,12 +4,15 @@
 servers on loopback). ``MetadataBookieResolver`` follows the cluster: the writable bookies are
 the registered, not read-only ones under ``/bookies/available``, and a client looks its bookie's
 address up again on every (re)connect, so a bookie that restarts on another address is found.
+Its clients share one ``BookieClientSecurity`` (credentials, TLS); a bookie that registered
+``tls: true`` is refused at once by a client without TLS (WIRE.md R84), rather than sent plaintext.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from magnetar.bookie.client_security import BookieClientSecurity
 from magnetar.bookie.registration import BookieRegistration, lookup
 from magnetar.bookie.tcp_client import TcpBookieClient
 from magnetar.ledger.bookie_api import BookieClient
@@ -34,8 +37,16 @@ class StaticBookieResolver:
 
 
 class MetadataBookieResolver:
-    def __init__(self, store: MetadataStore, *, request_timeout: float = 10.0, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        *,
+        request_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        security: BookieClientSecurity | None = None,
+    ) -> None:
         self._store = store
+        self._security = security or BookieClientSecurity()
         self._request_timeout = request_timeout
         self._connect_timeout = connect_timeout
         self._clients: dict[str, TcpBookieClient] = {}
@@ -48,6 +59,10 @@ class MetadataBookieResolver:
                 reg = await lookup(self._store, bookie_id)
                 if reg is None:
                     raise NotConnected(f"bookie {bookie_id!r} is not registered (down?)")
+                if reg.tls and self._security.ssl_context is None:
+                    raise NotConnected(
+                        f"bookie {bookie_id!r} accepts only TLS; set bookkeeperTLSTrustCertsFilePath to reach it"
+                    )
                 return reg.host, reg.port
 
             found = self._clients[bookie_id] = TcpBookieClient(
@@ -57,6 +72,7 @@ class MetadataBookieResolver:
                 request_timeout=self._request_timeout,
                 connect_timeout=self._connect_timeout,
                 address_resolver=address,
+                security=self._security,
             )
         return found
 

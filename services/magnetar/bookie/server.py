@@ -13,6 +13,12 @@ connection are answered before the error frame; well-formed frames that arrived 
 as the bad one are dropped unanswered (the decoder refuses the whole chunk), which a client sees
 as the connection closing with those requests in flight. Operation errors (``LedgerFenced``,
 ``ChecksumError``, ...) are ordinary ``bk_response`` codes and leave the connection open.
+
+Security (bookie/auth.py, WIRE.md R80-R86). With an authenticator, a connection's first frame must
+be ``bk_auth`` with valid credentials; anything else first, or refused credentials, is answered
+with one ``AuthenticationError`` error frame and the connection closes, so nothing it sent is
+stored. A connection whose token expires is closed at the expiry (requests already accepted are
+answered first). With an SSL context the port speaks TLS only, and the registration says so.
 """
 
 from __future__ import annotations
@@ -21,14 +27,23 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from magnetar.bookie.auth import BookieAuthenticator, BookieClientIdentity
 from magnetar.bookie.registration import BookieRegistration, deregister, register
 from magnetar.bookie.storage import BookieStorage
 from magnetar.metadata.store import MetadataStore
 from magnetar.protocol import commands as c
-from magnetar.protocol.errors import InvalidCommand, MagnetarError, MalformedFrame, UnknownCommand
+from magnetar.protocol.errors import (
+    AuthenticationError,
+    InvalidCommand,
+    MagnetarError,
+    MalformedFrame,
+    UnknownCommand,
+)
 from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 
 log = logging.getLogger(__name__)
@@ -54,11 +69,14 @@ class _Connection:
     """One client connection: writes responses unless the connection is already going away, and
     tracks the writes still in flight so that a protocol error answers them before closing."""
 
-    __slots__ = ("in_flight", "writer")
+    __slots__ = ("expired", "expiry", "identity", "in_flight", "writer")
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.in_flight: set[asyncio.Future[Any]] = set()
+        self.identity: BookieClientIdentity | None = None  # set by ``bk_auth``
+        self.expired = False  # its token expired: refuse what comes next, close (R83)
+        self.expiry: asyncio.TimerHandle | None = None
 
     def track(self, fut: asyncio.Future[Any]) -> None:
         self.in_flight.add(fut)
@@ -91,8 +109,12 @@ class BookieServer:
         store: MetadataStore | None = None,
         advertised_host: str | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        authenticator: BookieAuthenticator | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._storage = storage
+        self._authenticator = authenticator
+        self._ssl = ssl_context
         self._bookie_id = bookie_id
         self._host = host
         self._port = port
@@ -102,6 +124,7 @@ class BookieServer:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._registered_read_only: bool | None = None
+        self._expiring: set[asyncio.Task[None]] = set()
         # Each handler takes its command's TypedDict; ``_dispatch`` checked the required fields.
         self._handlers: dict[str, Callable[[_Connection, Any], None]] = {
             c.BK_ADD: self._add,
@@ -109,6 +132,7 @@ class BookieServer:
             c.BK_READ_LAC: self._read_lac,
             c.BK_FENCE: self._fence,
             c.BK_DELETE: self._delete,
+            c.BK_AUTH: self._auth,
         }
 
     @property
@@ -125,7 +149,7 @@ class BookieServer:
         return self._host
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self._host, self._port, limit=_READ_CHUNK)
+        self._server = await asyncio.start_server(self._serve, self._host, self._port, limit=_READ_CHUNK, ssl=self._ssl)
         self._port = int(self._server.sockets[0].getsockname()[1])
         await self.update_registration()
         log.info("bookie %s listening on %s:%d", self._bookie_id, self._host, self._port)
@@ -135,7 +159,11 @@ class BookieServer:
         read_only = self._storage.read_only
         if self._store is None or self._registered_read_only == read_only:
             return
-        await register(self._store, self._bookie_id, BookieRegistration(self.advertised_host, self._port, read_only))
+        await register(
+            self._store,
+            self._bookie_id,
+            BookieRegistration(self.advertised_host, self._port, read_only, tls=self._ssl is not None),
+        )
         self._registered_read_only = read_only
 
     async def stop(self) -> None:
@@ -173,9 +201,11 @@ class BookieServer:
                         await writer.drain()
                     return
                 await writer.drain()  # back-pressure: stop reading while responses pile up
-        except ConnectionError:
+        except (ConnectionError, ssl.SSLError):
             return
         finally:
+            if conn.expiry is not None:
+                conn.expiry.cancel()
             self._writers.discard(writer)
             writer.close()
 
@@ -183,14 +213,52 @@ class BookieServer:
         """Start one command. Raises (and so closes the connection) only for protocol errors."""
         if not isinstance(cmd, dict) or not isinstance(cmd.get("t"), str):
             raise MalformedFrame("a frame must hold a command map with a string field 't'")
+        name = cmd["t"]
+        if conn.expired:
+            raise AuthenticationError("Failed to authenticate: token expired")
+        if self._authenticator is not None and conn.identity is None and name != c.BK_AUTH:
+            raise AuthenticationError("Authentication required: the first frame to this bookie must be bk_auth")
         problem = c.missing_fields(cmd)
         if problem is not None:
             raise InvalidCommand(problem)
-        name = cmd["t"]
         handler = self._handlers.get(name)
         if handler is None:
             raise UnknownCommand(f"a bookie does not serve {name!r}")
         handler(conn, cmd)
+
+    def _auth(self, conn: _Connection, cmd: c.BkAuth) -> None:
+        """Authenticate the connection (R80-R82); refusals raise and so close it. With
+        authentication off, credentials are accepted unread (a client may be ahead of its bookies)."""
+        rid = _int(cmd, "rid")
+        if self._authenticator is not None:
+            conn.identity = self._authenticator.authenticate(cmd.get("auth_method"), cmd.get("auth_data"))
+            self._schedule_expiry(conn, conn.identity.expires_at)
+        conn.send(c.bk_response(rid))
+
+    def _schedule_expiry(self, conn: _Connection, expires_at: float | None) -> None:
+        if conn.expiry is not None:
+            conn.expiry.cancel()
+            conn.expiry = None
+        if expires_at is not None:
+            loop = asyncio.get_running_loop()
+            conn.expiry = loop.call_later(max(0.0, expires_at - time.time()), self._expire, conn)
+
+    def _expire(self, conn: _Connection) -> None:
+        """The token ran out: refuse further frames, answer what was accepted, then close (R83)."""
+        conn.expiry = None
+        conn.expired = True
+
+        async def close() -> None:
+            if conn.in_flight:
+                await asyncio.wait(list(conn.in_flight))
+            conn.send(c.error_frame(None, "AuthenticationError", "Failed to authenticate: token expired"))
+            with contextlib.suppress(ConnectionError):
+                await conn.writer.drain()
+            conn.writer.close()
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._expiring.add(task)
+        task.add_done_callback(self._expiring.discard)
 
     def _add(self, conn: _Connection, cmd: c.BkAdd) -> None:
         rid = _int(cmd, "rid")

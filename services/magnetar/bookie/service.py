@@ -30,6 +30,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from magnetar.bookie.auth import BookieSecurity
 from magnetar.bookie.autorecovery.auditor import DEFAULT_GRACE_PERIOD, DEFAULT_RECHECK_INTERVAL, Auditor
 from magnetar.bookie.autorecovery.replication import (
     DEFAULT_COPY_CONCURRENCY,
@@ -37,6 +38,7 @@ from magnetar.bookie.autorecovery.replication import (
     DEFAULT_RETRY_DELAY,
     ReplicationWorker,
 )
+from magnetar.bookie.client_security import BookieClientSecurity
 from magnetar.bookie.cookie import Cookie, read_local_cookie, verify_cookie
 from magnetar.bookie.local_client import LocalBookieClient
 from magnetar.bookie.metrics import BookieMetrics
@@ -80,7 +82,16 @@ class BookieService:
         registry: CollectorRegistry | None = None,
         autorecovery: bool | None = None,
         autorecovery_options: AutoRecoveryOptions | None = None,
+        security: BookieSecurity | None = None,
+        client_security: BookieClientSecurity | None = None,
     ) -> None:
+        """``security``: who may use this bookie and TLS on its port (bookie/auth.py);
+        ``client_security``: what autorecovery sends to the other bookies (its own credentials)."""
+        self.security = security or BookieSecurity()
+        self.client_security = client_security or BookieClientSecurity()
+        # Built now so that a bad key or TLS file stops the process before anything is opened.
+        self._authenticator = self.security.authenticator()
+        self._ssl_context = self.security.ssl_context()
         self.data_dir = Path(data_dir)
         self.host = host
         self._port = port
@@ -138,6 +149,8 @@ class BookieService:
             port=self._port,
             store=self.store,
             advertised_host=self._advertised_host,
+            authenticator=self._authenticator,
+            ssl_context=self._ssl_context,
         )
         try:
             await self._server.start()
@@ -150,7 +163,7 @@ class BookieService:
 
     async def _start_autorecovery(self, store: MetadataStore) -> None:
         opts = self._recovery_options
-        self._resolver = MetadataBookieResolver(store)
+        self._resolver = MetadataBookieResolver(store, security=self.client_security)
         self.auditor = Auditor(
             store,
             self.bookie_id,

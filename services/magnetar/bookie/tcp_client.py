@@ -11,6 +11,14 @@ shows up as timeouts, a dead one as ``NotConnected``.
 The address is either fixed (``host``, ``port``) or looked up before every connect through
 ``address_resolver`` (the metadata resolver uses that: a bookie pod that restarts elsewhere is
 found at its new address).
+
+Security (``security``, bookie/client_security.py; WIRE.md R80-R86): with TLS the connection is
+wrapped, checking the bookie's certificate and host name; with credentials, every new connection
+sends ``bk_auth`` first and is used only once the bookie accepted it (a refusal fails the request
+with ``AuthenticationError``, which no retry cures). A token with ``exp`` is not used past
+``exp - REFRESH_MARGIN``: the next request opens a new connection with a fresh token from the
+supplier, and the old one closes once its requests are answered, so the bookie's close at expiry
+(R83) never cuts a request.
 """
 
 from __future__ import annotations
@@ -18,15 +26,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+from magnetar.bookie.client_security import BookieClientSecurity
 from magnetar.ledger.bookie_api import ReadResult
 from magnetar.protocol import commands as c
-from magnetar.protocol.errors import MagnetarError, NotConnected, Timeout, error_from_wire
+from magnetar.protocol.errors import AuthenticationError, MagnetarError, NotConnected, Timeout, error_from_wire
 from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
+from magnetar.security.tokens import TokenError, show
 
 AddressResolver = Callable[[], Awaitable[tuple[str, int]]]
+# A connection whose token expires within this many seconds is replaced before the next request.
+REFRESH_MARGIN = 5.0
+
+
+def _token_expiry(token: str) -> float | None:
+    """``exp`` of a token, read without verifying (the bookie verifies; this only plans a refresh)."""
+    try:
+        exp = show(token)[1].get("exp")
+    except TokenError:
+        return None
+    return float(exp) if isinstance(exp, (int, float)) else None
 
 
 class _Connection:
@@ -37,6 +60,8 @@ class _Connection:
         self.writer = writer
         self.pending: dict[int, asyncio.Future[c.BkResponse]] = {}
         self.closed = False
+        self.retiring = False  # replaced by a fresh connection: closes once ``pending`` is empty
+        self.expires_at: float | None = None  # of the token it authenticated with
         self._decoder = FrameDecoder(max_frame)
         self.task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -82,8 +107,10 @@ class TcpBookieClient:
         connect_timeout: float = 5.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         address_resolver: AddressResolver | None = None,
+        security: BookieClientSecurity | None = None,
     ) -> None:
         self._bookie_id = bookie_id
+        self._security = security or BookieClientSecurity()
         self._address = (host, port)
         self._resolver = address_resolver
         self._request_timeout = request_timeout
@@ -98,46 +125,87 @@ class TcpBookieClient:
     def bookie_id(self) -> str:
         return self._bookie_id
 
+    @property
+    def security(self) -> BookieClientSecurity:
+        return self._security
+
+    @staticmethod
+    def _usable(conn: _Connection | None) -> bool:
+        if conn is None or conn.closed or conn.retiring:
+            return False
+        if conn.expires_at is not None and time.time() >= conn.expires_at - REFRESH_MARGIN:
+            conn.retiring = True  # its token is about to expire: the next connection gets a fresh one
+            if not conn.pending:
+                conn.close(NotConnected("connection retired: its token expires"))
+            return False
+        return True
+
     async def _connection(self) -> _Connection:
         conn = self._conn
-        if conn is not None and not conn.closed:
+        if self._usable(conn):
+            assert conn is not None
             return conn
         async with self._connecting:
             if self._closed:
                 raise NotConnected(f"client of bookie {self._bookie_id} is closed")
-            if self._conn is not None and not self._conn.closed:
+            if self._usable(self._conn):
+                assert self._conn is not None
                 return self._conn
+            ctx = self._security.ssl_context
             try:
                 async with asyncio.timeout(self._connect_timeout):
                     host, port = await self._resolver() if self._resolver else self._address
-                    reader, writer = await asyncio.open_connection(host, port, limit=256 * 1024)
+                    reader, writer = await asyncio.open_connection(
+                        host, port, limit=256 * 1024, ssl=ctx, server_hostname=host if ctx else None
+                    )
+            except ssl.SSLError as exc:
+                raise NotConnected(f"TLS handshake with bookie {self._bookie_id} failed: {exc}") from exc
             except (OSError, TimeoutError) as exc:
                 raise NotConnected(f"cannot connect to bookie {self._bookie_id}: {exc!r}") from exc
-            self._conn = _Connection(reader, writer, self._max_frame_size)
-            return self._conn
+            fresh = _Connection(reader, writer, self._max_frame_size)
+            if self._security.credentials is not None:
+                await self._authenticate(fresh, self._security.credentials)
+            self._conn = fresh
+            return fresh
+
+    async def _authenticate(self, conn: _Connection, credentials: Callable[[], str]) -> None:
+        """Send ``bk_auth`` on a new connection and wait for the bookie to accept it (R80)."""
+        try:
+            token = credentials()
+        except (OSError, ValueError) as exc:
+            conn.close(NotConnected("no credentials"))
+            raise AuthenticationError(f"cannot read the credentials for bookie {self._bookie_id}: {exc}") from exc
+        conn.expires_at = _token_expiry(token)
+        try:
+            await self._send(conn, c.bk_auth(c.AUTH_METHOD_TOKEN, token.encode()), self._connect_timeout)
+        except BaseException:
+            conn.close(NotConnected("authentication failed"))
+            raise
 
     async def _request(self, cmd: c.BookieRequest) -> c.BkResponse:
         """Send ``cmd`` with the next ``rid`` (its placeholder is overwritten in place, so ``rid``
         stays the last key) and return the ``OK`` answer; an error code raises its exception."""
-        conn = await self._connection()
+        return await self._send(await self._connection(), cmd, self._request_timeout)
+
+    async def _send(self, conn: _Connection, cmd: c.BookieRequest, answer_within: float) -> c.BkResponse:
         rid = next(self._rids)
         fut: asyncio.Future[c.BkResponse] = asyncio.get_running_loop().create_future()
         conn.pending[rid] = fut
         cmd["rid"] = rid
         try:
             conn.writer.write(encode_frame(cmd))
-            async with asyncio.timeout(self._request_timeout):
+            async with asyncio.timeout(answer_within):
                 await conn.writer.drain()
                 response = await fut
         except TimeoutError:
-            raise Timeout(
-                f"bookie {self._bookie_id} did not answer {cmd['t']} within {self._request_timeout}s"
-            ) from None
+            raise Timeout(f"bookie {self._bookie_id} did not answer {cmd['t']} within {answer_within}s") from None
         except OSError as exc:
             conn.close(NotConnected(str(exc)))
             raise NotConnected(f"connection to bookie {self._bookie_id} failed: {exc}") from exc
         finally:
             conn.pending.pop(rid, None)
+            if conn.retiring and not conn.pending and not conn.closed:
+                conn.close(NotConnected("connection retired: its token expires"))
         code = response.get("code")
         if code != c.BK_OK:
             raise error_from_wire(str(code), str(response.get("message", "")))

@@ -33,11 +33,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from magnetar.broker import subscription_admin as sa
 from magnetar.broker.admin_bookies import add_bookie_routes
+from magnetar.broker.admin_names import names_middleware
 from magnetar.broker.auth.http import auth_middleware, outgoing_headers
 from magnetar.broker.auth.providers import authentication_for
+from magnetar.broker.authz.checks import authorizer_for
+from magnetar.broker.authz.http import authz_middleware
 from magnetar.broker.compaction.admin import add_compaction_routes
 from magnetar.broker.internal_stats import add_internal_stats_route
+from magnetar.broker.isolation_admin import add_isolation_routes
 from magnetar.broker.non_persistent_admin import add_non_persistent_routes
+from magnetar.broker.permissions_admin import add_permission_routes
 from magnetar.broker.policies import POLICY_ENDPOINTS, PolicyError, unenforced
 from magnetar.broker.resources import Conflict
 from magnetar.broker.subscription import Subscription
@@ -51,6 +56,7 @@ from magnetar.protocol.errors import (
     MagnetarError,
     NamespaceNotFound,
     NotFound,
+    ServiceNotReady,
     TenantNotFound,
     TopicNotFound,
 )
@@ -78,6 +84,8 @@ def _status_for(exc: MagnetarError) -> int:
         return 409
     if isinstance(exc, (InvalidCommand, InvalidTopicName)):
         return 400
+    if isinstance(exc, ServiceNotReady):  # retryable: e.g. no broker of the namespace's isolation group
+        return 503
     return 500
 
 
@@ -154,7 +162,10 @@ class AdminServer:
         # Authentication first (broker/auth/http.py): nothing runs for a refused request.
         config = service.config
         authn = auth_middleware(authentication_for(service, config), config.authenticate_metrics_endpoint)
-        self.app = web.Application(middlewares=[authn, errors_middleware])
+        # Then the names in the path (broker/admin_names.py, R92): 412 before any handler runs.
+        # Then authorization (broker/authz/http.py, R73): one table of rules, before any handler.
+        authz = authz_middleware(authorizer_for(service, config, service.store))
+        self.app = web.Application(middlewares=[authn, names_middleware, authz, errors_middleware])
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.port_tls: int | None = None
@@ -195,6 +206,8 @@ class AdminServer:
         add_compaction_routes(self.app, self)  # .../{topic}/compaction: compaction/admin.py
         add_internal_stats_route(self.app, self)  # .../{topic}/internalStats: internal_stats.py
         add_trim_route(self.app, self)  # POST .../{topic}/trim: trim_admin.py
+        add_permission_routes(self.app, self.service)  # .../permissions, subscriptionAuthMode: permissions_admin.py
+        add_isolation_routes(self.app, self.service)  # /admin/v2/clusters/...: isolation_admin.py
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)

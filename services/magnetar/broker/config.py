@@ -44,9 +44,9 @@ class BrokerConfig:
     # Authentication (broker/auth/), Pulsar's names: off by default. ``authentication_providers``
     # holds "token" (or Pulsar's AuthenticationProviderToken class name); the token keys are
     # ``file:///path``, ``data:;base64,...`` or a path; the role is the ``token_auth_claim`` claim.
-    # ``super_user_roles`` is kept for authorization, which does not exist yet (any valid token
-    # may do anything). The broker's own credentials (``token:<jwt>`` or ``file:///path``) go on
-    # the calls it makes to other brokers when no caller's credentials are at hand.
+    # ``super_user_roles`` is for authorization (below). The broker's own credentials
+    # (``token:<jwt>`` or ``file:///path``) go on the calls it makes to other brokers when no
+    # caller's credentials are at hand; with authorization on, its role must be a superuser.
     authentication_enabled: bool = False
     authentication_providers: list[str] = field(default_factory=list)
     token_secret_key: str | None = None
@@ -58,6 +58,12 @@ class BrokerConfig:
     broker_client_authentication_parameters: str | None = None
     authentication_refresh_check_seconds: float = 60.0
     authenticate_metrics_endpoint: bool = False
+    # Authorization (broker/authz/), Pulsar's names: off by default, and only with authentication
+    # on. ``super_user_roles`` may do everything; grants are in the namespace policies. With
+    # ``authorization_allow_wildcards_matching`` a granted role ``app.*`` / ``*.app`` matches
+    # by prefix / suffix (Pulsar's authorizationAllowWildcardsMatching).
+    authorization_enabled: bool = False
+    authorization_allow_wildcards_matching: bool = False
     # TLS (node/tls.py), Pulsar's names: a TLS listener for the binary protocol on
     # ``broker_service_port_tls`` (brokerServicePortTls) and HTTPS for the admin API on
     # ``web_service_port_tls`` (webServicePortTls), with the certificate and key files; clients
@@ -71,6 +77,24 @@ class BrokerConfig:
     tls_trust_certs_file_path: str | None = None
     tls_require_trusted_client_cert_on_connect: bool = False
     tls_allow_insecure_connection: bool = False
+    # The broker as a bookie client (bookie/client_security.py), Pulsar's names: its own token for
+    # bookies with authentication on, and TLS to bookies (on when a trust file is given).
+    bookkeeper_client_authentication_plugin: str | None = None
+    bookkeeper_client_authentication_parameters: str | None = None
+    bookkeeper_tls_trust_certs_file_path: str | None = None
+    bookkeeper_tls_certificate_file_path: str | None = None
+    bookkeeper_tls_key_file_path: str | None = None
+    bookkeeper_tls_client_authentication: bool = False
+    # Limits against abuse (broker/limits.py): Pulsar's brokerMaxConnections,
+    # brokerMaxConnectionsPerIp and maxConcurrentLookupRequest; Magnetar's per-connection producer
+    # and consumer caps and the pre-authentication frame cap and timeout (authentication on only).
+    broker_max_connections: int = 0
+    broker_max_connections_per_ip: int = 0
+    max_producers_per_connection: int = 0
+    max_consumers_per_connection: int = 0
+    max_concurrent_lookup_request: int = 50000
+    pre_authentication_max_frame_size: int = 64 * 1024
+    pre_authentication_timeout_seconds: float = 30.0
     managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property

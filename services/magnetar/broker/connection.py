@@ -29,8 +29,11 @@ from typing import Any
 from magnetar import __version__
 from magnetar.broker.auth.providers import authentication_for
 from magnetar.broker.auth.session import ConnectionAuth
+from magnetar.broker.auth.tls_provider import with_peer_certificate
+from magnetar.broker.authz import binary as authz
 from magnetar.broker.compaction import reads as compaction_reads
 from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.limits import ConnectionGuard, limits_for
 from magnetar.broker.non_persistent_topic import NonPersistentSubscription, NonPersistentTopic
 from magnetar.broker.producer import ServerProducer
 from magnetar.broker.rate_limit import ReadThrottle, publish_delay
@@ -55,7 +58,7 @@ from magnetar.protocol.errors import (
     Unsupported,
 )
 from magnetar.protocol.framing import FrameDecoder, encode_frames
-from magnetar.protocol.topic_name import TopicName
+from magnetar.protocol.topic_name import TopicName, check_namespace, valid_subscription
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
@@ -165,6 +168,13 @@ class ServerConnection(asyncio.Protocol):
             lambda: self.write(c.auth_challenge()),
             lambda reason: self._fatal(AuthenticationError.code, reason),
         )
+        # Limits against abuse (broker/limits.py, WIRE.md R87-R91): connection caps at accept, a
+        # small frame cap and a timeout until an authenticated connect, producers/consumers caps.
+        self.guard = ConnectionGuard(
+            limits_for(service, service.config), self.auth.authentication is not None, self._fatal
+        )
+        if self.guard.pre_auth_frame_size is not None:
+            self.decoder.max_frame_size = min(self.decoder.max_frame_size, self.guard.pre_auth_frame_size)
         # Each handler takes its command's TypedDict; ``_run`` checked the required fields.
         self._handlers: dict[str, Callable[[Any], None]] = {
             c.CONNECT: self._connect,
@@ -197,11 +207,18 @@ class ServerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if not self.guard.on_accept(transport):  # over a connection cap: closed, never read
+            self._closed = True
+            return
         self.service.connections.add(self)
         self.service.metrics.connections.inc()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self not in self.service.connections:  # refused at accept (limits.py): nothing counted
+            self._closed = True
+            return
         self._closed = True
+        self.guard.on_lost()
         self.read_throttle.close()
         self.auth.close()
         self.service.connections.discard(self)
@@ -323,10 +340,12 @@ class ServerConnection(asyncio.Protocol):
 
     def _connect(self, cmd: c.Connect) -> None:
         try:
-            self.auth.on_connect(cmd)
+            self.auth.on_connect(with_peer_certificate(cmd, self.transport))  # R92: mTLS role
         except AuthenticationError as exc:  # R61: refused, and the connection closes
             self._fatal(str(exc.code), str(exc), cmd["rid"])
             return
+        self.guard.on_authenticated()  # R90: full-size frames from now on
+        self.decoder.max_frame_size = self.service.config.max_message_size + 64 * 1024
         self.write(c.connected(cmd["rid"], __version__, c.PROTOCOL_VERSION, self.service.config.max_message_size))
 
     def _auth_response(self, cmd: c.AuthResponse) -> None:
@@ -338,20 +357,32 @@ class ServerConnection(asyncio.Protocol):
 
     def _lookup(self, cmd: c.Lookup) -> None:
         name = TopicName.parse(cmd["topic"])
+        limits = self.guard.limits
+        limits.lookup_started()  # R89: ServiceNotReady past maxConcurrentLookupRequest
 
         async def run() -> None:
-            url, redirect, url_tls = await self.service.lookup_with_tls(name)
+            try:
+                await authz.check_lookup(self.service, name, self.auth_role)  # R70
+                url, redirect, url_tls = await self.service.lookup_with_tls(name)
+            finally:
+                limits.lookup_done()
             self.write(c.lookup_response(cmd["rid"], url, redirect, url_tls))
 
         self._spawn(cmd["rid"], run())
 
     def _partitioned_metadata(self, cmd: c.PartitionedMetadata) -> None:
         name = TopicName.parse(cmd["topic"])
+        limits = self.guard.limits
+        limits.lookup_started()  # R89, as lookup (Pulsar counts both)
 
         async def run() -> None:
-            await self.service.resources.get_namespace(name.tenant, name.namespace)
-            # Topic records belong to the persistent domain: a non-persistent topic is never partitioned.
-            partitions = await self.service.resources.partitions(name) if name.is_persistent else 0
+            try:
+                await authz.check_partitioned_metadata(self.service, name, self.auth_role)  # R70
+                await self.service.resources.get_namespace(name.tenant, name.namespace)
+                # Topic records belong to the persistent domain: a non-persistent topic is never partitioned.
+                partitions = await self.service.resources.partitions(name) if name.is_persistent else 0
+            finally:
+                limits.lookup_done()
             self.write(c.partitioned_metadata_response(cmd["rid"], partitions))
 
         self._spawn(cmd["rid"], run())
@@ -363,6 +394,7 @@ class ServerConnection(asyncio.Protocol):
         async def run() -> None:
             if pid in self.producers:
                 raise ProducerBusy(f"producer id {pid} is already in use on this connection")
+            await authz.check_produce(self.service, name, self.auth_role)  # R71: before the topic loads
             topic = await self.service.get_any_topic(name)
             pname = cmd.get("producer_name") or f"standalone-{_NAME_TOKEN}-{self.id}-{pid}"
             producer = ServerProducer(pid, pname, self.id)
@@ -378,7 +410,8 @@ class ServerConnection(asyncio.Protocol):
             self.producers[pid] = (producer, topic)
             self.write(c.producer_success(cmd["rid"], pname, last))
 
-        self._spawn(cmd["rid"], run())
+        self.guard.check_producer(len(self.producers))  # R88: maxProducersPerConnection
+        self._spawn(cmd["rid"], self.guard.counting_producer(run()))
 
     def _send(self, cmd: c.Send) -> None:
         pid = cmd["producer_id"]
@@ -436,8 +469,11 @@ class ServerConnection(asyncio.Protocol):
         cid = int(cmd["consumer_id"])
         sub_name = str(cmd["subscription"])
         sub_type = str(cmd["sub_type"])
-        if not sub_name or "/" in sub_name:
-            raise InvalidCommand(f"subscription name must be non-empty and contain no '/': {sub_name!r}")
+        if not valid_subscription(sub_name):  # R92: a metadata key segment
+            raise InvalidCommand(
+                "subscription name must be 1-1024 printable characters without '/', "
+                f"not '.' or '..': {sub_name[:100]!r}"
+            )
         priority_level = _int(cmd.get("priority_level", 0), "priority_level")
         key_shared_mode = cmd.get("key_shared_mode")
         if key_shared_mode is not None and key_shared_mode not in (c.KEY_SHARED_AUTO_SPLIT, c.KEY_SHARED_STICKY):
@@ -456,6 +492,7 @@ class ServerConnection(asyncio.Protocol):
         async def run() -> None:
             if cid in self.consumers:
                 raise InvalidCommand(f"consumer id {cid} is already in use on this connection")
+            await authz.check_subscribe(self.service, name, self.auth_role, sub_name)  # R72
             topic = await self.service.get_any_topic(name)
             consumer = ServerConsumer(
                 cid,
@@ -485,7 +522,8 @@ class ServerConnection(asyncio.Protocol):
             self.consumers[cid] = (consumer, sub, topic)
             self.write(c.success(cmd["rid"]))
 
-        self._spawn(cmd["rid"], run())
+        self.guard.check_consumer(len(self.consumers))  # R88: maxConsumersPerConnection
+        self._spawn(cmd["rid"], self.guard.counting_consumer(run()))
 
     def send_message(
         self,
@@ -635,8 +673,10 @@ class ServerConnection(asyncio.Protocol):
         parts = namespace.split("/")
         if len(parts) != 2 or not all(parts):
             raise InvalidCommand(f"namespace must be tenant/namespace, got {namespace!r}")
+        check_namespace(*parts)  # R92
 
         async def run() -> None:
+            await authz.check_topics_of_namespace(self.service, parts[0], parts[1], self.auth_role)  # R70
             topics = await self.service.resources.persistent_topics(parts[0], parts[1])
             self.write(c.topics_of_namespace_response(cmd["rid"], topics))
 

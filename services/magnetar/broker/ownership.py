@@ -11,18 +11,24 @@ Unowned bundles are placed by rendezvous hashing over the live brokers (``/broke
 so bundles spread across brokers without a central balancer and every broker computes the same
 answer from the same membership. A broker asked about a bundle that should go elsewhere answers
 with a redirect to that broker, which then takes it.
+
+Namespace isolation policies (``isolation.py``) narrow the live brokers to those that may own the
+namespace before the rendezvous choice, and a broker refuses to take a bundle the policies give to
+others (``acquire``), so a direct producer or subscribe on the wrong broker loads nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
 
+from magnetar.broker.isolation import NamespaceIsolation, NoBrokerAvailable
 from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
 from magnetar.protocol.checksum import crc32c
-from magnetar.protocol.errors import BadVersion, NotFound
+from magnetar.protocol.errors import BadVersion, NotFound, ServiceNotReady
 from magnetar.protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -72,15 +78,23 @@ def bundle_of(topic: TopicName, bundles: int) -> str:
 
 
 def _score(bundle_path: str, broker_id: str) -> int:
-    return crc32c(f"{bundle_path}|{broker_id}".encode())
+    """The rendezvous score of a broker for a bundle: the highest-scoring live broker is placed.
+
+    A cryptographic hash, not CRC: CRC is linear, so for inputs of one length the difference of two
+    brokers' scores barely depends on the bundle, and a namespace's bundles all went to the same
+    broker far more often than chance (20 namespaces in a row in one test run)."""
+    return int.from_bytes(hashlib.blake2b(f"{bundle_path}|{broker_id}".encode(), digest_size=8).digest(), "big")
 
 
 class Ownership:
-    def __init__(self, store: MetadataStore, me: BrokerInfo, *, bundles: int = 4) -> None:
+    def __init__(
+        self, store: MetadataStore, me: BrokerInfo, *, bundles: int = 4, isolation: NamespaceIsolation | None = None
+    ) -> None:
         self.store = store
         self.me = me
         self.bundles = bundles
         self.owned: set[str] = set()
+        self.isolation = isolation
 
     # ------------------------------------------------------------------ membership
     async def register(self) -> None:
@@ -100,6 +114,9 @@ class Ownership:
                 out.append(BrokerInfo.from_json(found.value))
         return out
 
+    async def _ids(self) -> list[str]:
+        return [b.broker_id for b in await self.live_brokers()]
+
     # ------------------------------------------------------------------ bundles
     def bundle_path(self, topic: TopicName) -> str:
         return paths.ownership(topic.tenant, topic.namespace, bundle_of(topic, self.bundles))
@@ -116,6 +133,14 @@ class Ownership:
         path = self.bundle_path(topic)
         if path in self.owned:
             return self.me
+        if self.isolation is not None:  # refuse before taking it: ServiceNotReady naming the policy
+            try:
+                await self.isolation.check_may_own(f"{topic.tenant}/{topic.namespace}", self.me.broker_id, self._ids)
+            except ServiceNotReady:
+                current = await self.owner(topic)
+                if current is not None and current.broker_id != self.me.broker_id:
+                    return current  # owned elsewhere already: answered as before
+                raise
         try:
             await self.store.put(path, self.me.to_json(), MUST_NOT_EXIST, ephemeral=True)
         except BadVersion:
@@ -129,9 +154,24 @@ class Ownership:
         log.info("broker %s now owns bundle %s", self.me.broker_id, path)
         return self.me
 
+    async def acquire_or_place(self, topic: TopicName) -> BrokerInfo:
+        """``acquire``, except that a broker the isolation policies keep out of the bundle answers
+        the broker that should take it instead (the admin API forwards there) rather than refusing."""
+        try:
+            return await self.acquire(topic)
+        except NoBrokerAvailable:
+            raise
+        except ServiceNotReady:
+            return await self.placement(topic)
+
     async def placement(self, topic: TopicName) -> BrokerInfo:
-        """Where an unowned bundle should go: the live broker with the highest rendezvous score."""
+        """Where an unowned bundle should go: the live broker with the highest rendezvous score,
+        among those the namespace isolation policies allow (NoBrokerAvailable when none)."""
         brokers = await self.live_brokers()
+        if self.isolation is not None:
+            ns = f"{topic.tenant}/{topic.namespace}"
+            allowed = set(await self.isolation.allowed(ns, [b.broker_id for b in brokers]))
+            brokers = [b for b in brokers if b.broker_id in allowed]
         if not brokers:
             return self.me
         path = self.bundle_path(topic)

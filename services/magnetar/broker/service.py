@@ -30,6 +30,7 @@ from magnetar.broker.compaction.controller import TopicCompaction, delete_compac
 from magnetar.broker.compaction.monitor import run_monitor
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.expiry import PolicyChecks
+from magnetar.broker.isolation import NamespaceIsolation, watch_policy_changes
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.non_persistent_registry import NonPersistentTopics
 from magnetar.broker.non_persistent_topic import NonPersistentTopic
@@ -96,6 +97,8 @@ class BrokerService:
         self.closing = False
         self.clustered = clustered
         self.bundles = bundles
+        # The cluster name (clusterName): the key of its namespace isolation policies (isolation.py).
+        self.cluster = "standalone"
         self.ownership: Ownership | None = None
         self.extra_registries: list[Any] = []
         self._unwatch_session: Any = None
@@ -160,7 +163,8 @@ class BrokerService:
                 self.broker_url_tls,
                 self.web_url_tls,
             )
-            self.ownership = Ownership(self.store, me, bundles=self.bundles)
+            isolation = NamespaceIsolation(self.store, self.cluster)
+            self.ownership = Ownership(self.store, me, bundles=self.bundles, isolation=isolation)
             await self.ownership.register()
             self._unwatch = self.store.watch(paths.OWNERSHIP, self._ownership_changed)
             on_session_lost = getattr(self.store, "on_session_lost", None)  # stores with leases (etcd)
@@ -170,6 +174,8 @@ class BrokerService:
             self.store.watch(paths.NAMESPACES, self._policies_changed),
             self.store.watch(paths.TOPICS, self._policies_changed),
         ]
+        if self.ownership is not None:  # give up bundles a changed isolation policy moves away
+            self._unwatch_policies.append(watch_policy_changes(self, self.cluster))
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
         self._policy_checks.start()  # TTL, retention, backlog quotas (expiry.py)
         self._compaction_monitor = asyncio.get_running_loop().create_task(run_monitor(self))
@@ -242,7 +248,7 @@ class BrokerService:
         own = self.ownership
         if own is None:
             return None
-        owner = await own.acquire(name)
+        owner = await own.acquire_or_place(name)  # kept out by isolation: forward to the group
         return None if owner.broker_id == own.me.broker_id else owner.web_url
 
     async def _tick(self) -> None:

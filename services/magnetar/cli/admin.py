@@ -27,6 +27,9 @@ from typing import Any
 
 from magnetar.cli.admin_auth import HttpSecurity, add_auth_flags, security_from_args
 from magnetar.cli.admin_compaction import COMPACTION_ACTIONS, add_compaction_verbs, run_compaction_verb
+from magnetar.cli.admin_isolation import GROUP as ISOLATION_GROUP
+from magnetar.cli.admin_isolation import add_isolation_verbs, run_isolation_verb
+from magnetar.cli.admin_permissions import add_permission_verbs, is_permission_verb, run_permission_verb
 from magnetar.protocol.topic_name import TopicName
 
 DEFAULT_URL = os.environ.get("MAGNETAR_ADMIN_URL", "http://127.0.0.1:8080")
@@ -357,6 +360,12 @@ def run(args: argparse.Namespace) -> Any:
             lambda name: f"/admin/v2/{TopicName.parse(name).domain}/{_topic_path(name)}",
             lambda reason: AdminError(0, reason),
         )
+    if is_permission_verb(g, a):  # cli/admin_permissions.py
+        return run_permission_verb(
+            url, args, request, lambda name: f"/admin/v2/{TopicName.parse(name).domain}/{_topic_path(name)}"
+        )
+    if g == ISOLATION_GROUP:  # cli/admin_isolation.py
+        return run_isolation_verb(url, args, request)
     if g == "bookies":
         if a == "list":
             return request(url, "GET", "/admin/v2/bookies")
@@ -576,6 +585,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_retention_verbs(n, "tenant/namespace")
     add_retention_verbs(tp, "topic name")
     add_compaction_verbs(n, tp)
+    add_isolation_verbs(groups)
+    add_permission_verbs(n, tp)
     return p
 
 

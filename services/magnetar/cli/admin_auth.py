@@ -10,6 +10,11 @@
   absent); ``--tls-allow-insecure`` accepts any certificate; the host name is checked only with
   ``--tls-enable-hostname-verification``, as pulsar-admin (whose default is off).
 
+- ``--auth-plugin org.apache.pulsar.client.impl.auth.AuthenticationTls`` (or ``AuthenticationTls``
+  / ``tls``) with ``--auth-params tlsCertFile:/path,tlsKeyFile:/path`` authenticates with a client
+  certificate instead (mTLS, an ``https://`` admin URL): the broker's TLS provider takes the role
+  from its CN, and no ``Authorization`` header is sent.
+
 The token goes in ``Authorization: Bearer`` on every request; it is never printed.
 """
 
@@ -20,10 +25,11 @@ import os
 import ssl
 from dataclasses import dataclass
 
-from magnetar.client.auth import AuthenticationToken, token_from_params
+from magnetar.client.auth import AuthenticationToken, tls_from_params, token_from_params
 from magnetar.client.tls import TlsOptions
 
 TOKEN_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationToken", "AuthenticationToken", "token")
+TLS_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationTls", "AuthenticationTls", "tls")
 ENV_TOKEN = "MAGNETAR_AUTH_TOKEN"
 
 
@@ -39,8 +45,16 @@ class HttpSecurity:
 
 
 def add_auth_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--auth-plugin", default=None, help="org.apache.pulsar.client.impl.auth.AuthenticationToken")
-    parser.add_argument("--auth-params", default=None, help="token:<jwt> | file:///path (env MAGNETAR_AUTH_TOKEN)")
+    parser.add_argument(
+        "--auth-plugin",
+        default=None,
+        help="org.apache.pulsar.client.impl.auth.AuthenticationToken | ...AuthenticationTls",
+    )
+    parser.add_argument(
+        "--auth-params",
+        default=None,
+        help="token:<jwt> | file:///path (env MAGNETAR_AUTH_TOKEN) | tlsCertFile:<path>,tlsKeyFile:<path>",
+    )
     parser.add_argument("--tls-trust-cert-path", default=None, help="CA certificate(s) for an https:// admin URL")
     parser.add_argument("--tls-allow-insecure", action="store_true", help="accept any broker certificate")
     parser.add_argument("--tls-enable-hostname-verification", action="store_true")
@@ -50,11 +64,24 @@ def security_from_args(args: argparse.Namespace) -> HttpSecurity:
     """The ``HttpSecurity`` the flags (or ``MAGNETAR_AUTH_TOKEN``) ask for; ``SystemExit`` on a bad one."""
     plugin, params = args.auth_plugin, args.auth_params
     token: AuthenticationToken | None = None
-    if plugin is not None and plugin not in TOKEN_PLUGINS:
-        raise SystemExit(f"magnetar-admin: unsupported --auth-plugin {plugin!r}; use {TOKEN_PLUGINS[0]}")
+    certificate: tuple[str, str] | None = None
+    if plugin is not None and plugin not in TOKEN_PLUGINS + TLS_PLUGINS:
+        raise SystemExit(
+            f"magnetar-admin: unsupported --auth-plugin {plugin!r}; use {TOKEN_PLUGINS[0]} or {TLS_PLUGINS[0]}"
+        )
     if plugin is not None and not params:
-        raise SystemExit("magnetar-admin: --auth-plugin needs --auth-params token:<jwt> or file:///path")
-    if params:
+        raise SystemExit(
+            "magnetar-admin: --auth-plugin needs --auth-params (token:<jwt>, file:///path, tlsCertFile:...)"
+        )
+    if plugin in TLS_PLUGINS:
+        try:
+            tls_auth = tls_from_params(str(params))
+        except ValueError as exc:
+            raise SystemExit(f"magnetar-admin: {exc}") from None
+        certificate = (tls_auth.certificate_path, tls_auth.private_key_path)
+        if not str(args.admin_url).startswith("https://"):
+            raise SystemExit("magnetar-admin: AuthenticationTls needs an https:// --admin-url")
+    elif params:
         token = token_from_params(params)
     elif os.environ.get(ENV_TOKEN):
         token = token_from_params(os.environ[ENV_TOKEN])
@@ -65,6 +92,7 @@ def security_from_args(args: argparse.Namespace) -> HttpSecurity:
                 args.tls_trust_cert_path,
                 args.tls_allow_insecure,
                 args.tls_enable_hostname_verification,
+                *(certificate or (None, None)),
             ).context()
         except ValueError as exc:
             raise SystemExit(f"magnetar-admin: {exc}") from None

@@ -31,16 +31,19 @@ def _names(value: Any) -> list[str]:
 
 def add_auth_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--authentication-enabled", type=_bool, nargs="?", const=True, default=False)
-    parser.add_argument("--authentication-providers", type=_names, default=[], help="token (comma-separated)")
+    parser.add_argument("--authentication-providers", type=_names, default=[], help="token, tls (comma-separated)")
     parser.add_argument("--token-secret-key", default=None, help="file:///path or data:;base64,... (HS256)")
     parser.add_argument("--token-public-key", default=None, help="file:///path or data:;base64,... (RS256/ES256)")
     parser.add_argument("--token-auth-claim", default="sub", help="the claim naming the role")
     parser.add_argument("--token-public-alg", default="RS256")
-    parser.add_argument("--super-user-roles", type=_names, default=[], help="kept for authorization (not yet)")
+    parser.add_argument("--super-user-roles", type=_names, default=[], help="roles that may do anything")
     parser.add_argument("--broker-client-authentication-plugin", default=None)
     parser.add_argument("--broker-client-authentication-parameters", default=None, help="token:<jwt> or file:///path")
     parser.add_argument("--authentication-refresh-check-seconds", type=float, default=60.0)
     parser.add_argument("--authenticate-metrics-endpoint", type=_bool, nargs="?", const=True, default=False)
+    # Authorization (broker/authz/): only with authentication on.
+    parser.add_argument("--authorization-enabled", type=_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--authorization-allow-wildcards-matching", type=_bool, nargs="?", const=True, default=False)
 
 
 def auth_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -57,6 +60,8 @@ def auth_settings(args: argparse.Namespace) -> dict[str, Any]:
         "broker_client_authentication_parameters",
         "authentication_refresh_check_seconds",
         "authenticate_metrics_endpoint",
+        "authorization_enabled",
+        "authorization_allow_wildcards_matching",
     )
     return {name: getattr(args, name) for name in names}
 
@@ -65,9 +70,11 @@ def check_auth_settings(config: Any) -> None:
     """Build the providers and the broker's own token once; bad settings end the process."""
     from magnetar.broker.auth.http import broker_token
     from magnetar.broker.auth.providers import Authentication
+    from magnetar.broker.authz.checks import check_authorization_settings
 
     try:
         Authentication.from_config(config)
         broker_token(config)
+        check_authorization_settings(config)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"magnetar: authentication settings: {exc}") from None

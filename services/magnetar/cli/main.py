@@ -188,6 +188,7 @@ def _compaction_settings(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_standalone(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
     from magnetar.cli.auth_flags import auth_settings, check_auth_settings
+    from magnetar.cli.limit_flags import limit_settings
     from magnetar.node.standalone import Standalone, StandaloneConfig
 
     broker = BrokerConfig(
@@ -200,6 +201,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         **_compaction_settings(args),
         **_tls_settings(args),
         **auth_settings(args),
+        **limit_settings(args),
     )
     check_auth_settings(broker)
     _check_tls_settings(broker)
@@ -223,6 +225,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
 
 
 def cmd_bookie(args: argparse.Namespace) -> int:
+    from magnetar.cli.bookie_security_flags import bookie_security, checked, client_security
     from magnetar.node.bookie import BookieNode
 
     node = BookieNode(
@@ -235,6 +238,8 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         reprovision=args.reprovision,
         advertised_host=args.advertised_address,
         http_port=args.http_port,
+        security=checked(bookie_security, args),
+        client_security=checked(client_security, args),
     )
 
     async def start() -> None:
@@ -256,6 +261,8 @@ def cmd_bookie(args: argparse.Namespace) -> int:
 def cmd_broker(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
     from magnetar.cli.auth_flags import auth_settings, check_auth_settings
+    from magnetar.cli.bookie_security_flags import bookkeeper_client_settings, checked, client_security
+    from magnetar.cli.limit_flags import limit_settings
     from magnetar.node.broker import BrokerNode
 
     config = BrokerConfig(
@@ -271,13 +278,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
         **_compaction_settings(args),
         **_tls_settings(args),
         **auth_settings(args),
+        **limit_settings(args),
+        **bookkeeper_client_settings(args),
     )
     check_auth_settings(config)
-    if args.isolated_tenant:
-        logging.getLogger("magnetar").warning(
-            "isolatedTenant=%s is not enforced by this broker yet: the tenant's bundles may be owned by any broker",
-            args.isolated_tenant,
-        )
+    checked(client_security, config)
+    # isolatedTenant (set by the operator) only labels the pod: what this broker may own is decided
+    # by the cluster's namespace isolation policies (broker/isolation.py), which the operator writes.
     if not args.metadata_url:
         raise SystemExit("magnetar broker needs --metadata-url (or metadataUrl in --config)")
     _check_tls_settings(config)
@@ -312,6 +319,8 @@ def cmd_local_cluster(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from magnetar.cli.auth_flags import add_auth_flags
+    from magnetar.cli.bookie_security_flags import add_bookie_server_flags, add_bookkeeper_client_flags
+    from magnetar.cli.limit_flags import add_limit_flags
     from magnetar.cli.tokens import add_tokens_command
 
     parser = argparse.ArgumentParser(prog="magnetar", description="Magnetar pub/sub messaging")
@@ -332,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compaction_flags(sa)
     add_auth_flags(sa)
     _add_tls_flags(sa)
+    add_limit_flags(sa)
     sa.set_defaults(func=cmd_standalone)
 
     bk = sub.add_parser("bookie", help="run one bookie")
@@ -349,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept a wiped data directory and register a new identity cookie",
     )
+    add_bookie_server_flags(bk)
     bk.set_defaults(func=cmd_bookie, _parser=bk)
 
     br = sub.add_parser("broker", help="run one cluster broker (needs etcd and bookies)")
@@ -369,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compaction_flags(br)
     add_auth_flags(br)
     _add_tls_flags(br)
+    add_limit_flags(br)
+    add_bookkeeper_client_flags(br)
     br.set_defaults(func=cmd_broker, _parser=br)
 
     lc = sub.add_parser("local-cluster", help="etcd + N bookies + M brokers as child processes on loopback")

@@ -23,6 +23,7 @@ from collections import deque
 from typing import Any
 
 from magnetar.client import aio
+from magnetar.client.auth import tls_from_params, token_from_params
 from magnetar.client.batch_builder import SendReceipt
 from magnetar.client.options import CompressionType, ConsumerType, InitialPosition
 
@@ -157,7 +158,7 @@ async def run_produce(args: argparse.Namespace) -> dict[str, Any]:
     payload = os.urandom(args.size)
     stats = _Stats()
     pending: deque[tuple[SendReceipt, float]] = deque()
-    async with aio.Client(args.url) as client:
+    async with aio.Client(args.url, **client_security(args)) as client:
         producer = await client.create_producer(
             args.topic,
             batching_enabled=not args.no_batching,
@@ -250,7 +251,7 @@ async def _report(stats: _Stats, mode: str, *, with_latency: bool) -> None:
 
 async def run_consume(args: argparse.Namespace) -> dict[str, Any]:
     stats = _Stats()
-    async with aio.Client(args.url) as client:
+    async with aio.Client(args.url, **client_security(args)) as client:
         consumer = await client.subscribe(
             args.topic,
             args.subscription,
@@ -304,9 +305,48 @@ async def run_consume(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------- CLI
 
 
+TOKEN_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationToken", "AuthenticationToken", "token")
+TLS_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationTls", "AuthenticationTls", "tls")
+
+
+def client_security(args: argparse.Namespace) -> dict[str, Any]:
+    """``Client`` keyword arguments from pulsar-perf's security flags: ``--auth-plugin`` /
+    ``--auth-params`` (the token plugin with ``token:<jwt>`` or ``file:///path``; AuthenticationTls
+    with ``tlsCertFile:<path>,tlsKeyFile:<path>``; ``--auth-params`` alone means a token) and the
+    TLS options for a ``magnetar+ssl://`` URL. ``SystemExit`` names a bad combination."""
+    plugin, params = args.auth_plugin, args.auth_params
+    options: dict[str, Any] = {
+        "tls_trust_certs_file_path": args.trust_cert_file,
+        "tls_allow_insecure_connection": args.tls_allow_insecure,
+        "tls_validate_hostname": args.tls_enable_hostname_verification,
+    }
+    if plugin is not None and plugin not in TOKEN_PLUGINS + TLS_PLUGINS:
+        raise SystemExit(
+            f"magnetar perf: unsupported --auth-plugin {plugin!r}; use {TOKEN_PLUGINS[0]} or {TLS_PLUGINS[0]}"
+        )
+    if plugin is not None and not params:
+        raise SystemExit("magnetar perf: --auth-plugin needs --auth-params")
+    try:
+        if plugin in TLS_PLUGINS:
+            options["authentication"] = tls_from_params(str(params))
+        elif params:
+            options["authentication"] = token_from_params(params)
+    except ValueError as exc:
+        raise SystemExit(f"magnetar perf: {exc}") from None
+    return options
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic")
-    p.add_argument("--url", default=aio.DEFAULT_SERVICE_URL, help="service URL (magnetar://host:port)")
+    p.add_argument("--url", default=aio.DEFAULT_SERVICE_URL, help="service URL (magnetar[+ssl]://host:port)")
+    # pulsar-perf's security flags
+    p.add_argument(
+        "--auth-plugin", default=None, help="org.apache.pulsar.client.impl.auth.AuthenticationToken | ...Tls"
+    )
+    p.add_argument("--auth-params", default=None, help="token:<jwt> | file:///path | tlsCertFile:<p>,tlsKeyFile:<p>")
+    p.add_argument("--trust-cert-file", default=None, help="CA certificate(s) for a magnetar+ssl:// URL")
+    p.add_argument("--tls-allow-insecure", action="store_true", help="accept any broker certificate")
+    p.add_argument("--tls-enable-hostname-verification", action="store_true")
     p.add_argument("--num-messages", "-n", type=int, default=0, help="stop after N messages (0: no limit)")
     p.add_argument("--time", type=float, default=0, help="stop after SECONDS (0: no limit)")
     p.add_argument("--size", type=int, default=100, help="message size in bytes")

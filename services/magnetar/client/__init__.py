@@ -71,8 +71,8 @@ Where we differ from Pulsar, on purpose or for now:
   ``message_listener_threads``, ``concurrent_lookup_requests``, ``log_conf_file_path``,
   ``stats_interval_in_seconds`` and ``logger`` have no effect, ``listener_name`` raises
   ``Unsupported``; a failed TLS handshake raises ``ConnectError`` and refused credentials
-  ``AuthenticationError`` at once; ``AuthenticationTLS`` only supplies a client certificate, and
-  ``AuthenticationOauth2`` / ``AuthenticationBasic`` / ``AuthenticationAthenz`` /
+  ``AuthenticationError`` at once; ``AuthenticationTLS`` presents a client certificate whose CN is
+  the role (the broker's ``tls`` provider), and ``AuthenticationOauth2`` / ``AuthenticationBasic`` / ``AuthenticationAthenz`` /
   ``Authentication`` raise ``Unsupported``.
 """
 
@@ -120,7 +120,7 @@ from magnetar.client.options import (
 )
 from magnetar.client.sync import Client, Consumer, Producer, Reader
 from magnetar.client.tls import ConnectError
-from magnetar.protocol.errors import AuthenticationError
+from magnetar.protocol.errors import AuthenticationError, AuthorizationError
 from magnetar.protocol.message_id import MessageId
 
 __all__ = [
@@ -132,6 +132,7 @@ __all__ = [
     "AuthenticationOauth2",
     "AuthenticationTLS",
     "AuthenticationToken",
+    "AuthorizationError",
     "BatchingType",
     "ChecksumError",
     "Client",

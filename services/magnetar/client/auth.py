@@ -6,10 +6,13 @@ broker sends ``auth_challenge``. ``AuthenticationToken`` takes a JWT or a callab
 as Pulsar's does; the callable is called again for every new connection and every challenge, which
 is how a token that is rotated in a file keeps working (``token_from_file`` builds such a callable).
 
-Pulsar's other providers: ``AuthenticationTLS(certificate_path, private_key_path)`` is kept for its
-one effect Magnetar can honour, a client certificate in the TLS handshake (mTLS); it sends no
-credentials in ``connect``, so a broker with token authentication on still refuses it (Magnetar
-has no TLS authentication provider yet). ``Authentication`` (a C++ plugin library),
+``AuthenticationTLS(certificate_path, private_key_path)`` authenticates with a client certificate,
+as pulsar-client's: the certificate goes in the TLS handshake (mTLS; the client uses it unless
+``tls_certificate_file_path`` is given too) and ``connect`` says ``auth_method: "tls"`` with no
+data, so a broker with the TLS provider takes the role from the certificate's CN (the broker reads
+the certificate from its side of the TLS connection, never from ``connect``). Over a plaintext
+``magnetar://`` URL it has no certificate to present and the broker refuses it. Pulsar's other
+providers: ``Authentication`` (a C++ plugin library),
 ``AuthenticationAthenz``, ``AuthenticationOauth2`` and ``AuthenticationBasic`` raise
 ``Unsupported`` when created, rather than connecting without the credentials a user asked for.
 """
@@ -30,11 +33,13 @@ __all__ = [
     "AuthenticationOauth2",
     "AuthenticationTLS",
     "AuthenticationToken",
+    "tls_from_params",
     "token_from_file",
     "token_from_params",
 ]
 
 TOKEN_METHOD = "token"
+TLS_METHOD = "tls"
 
 
 class AuthProvider(Protocol):
@@ -94,13 +99,23 @@ class AuthenticationToken(Authentication):
 
 
 class AuthenticationTLS(Authentication):
-    """A client certificate for mutual TLS (``Client`` also takes ``tls_certificate_file_path``)."""
+    """mTLS authentication: the client certificate is the credential (module docstring)."""
 
     def __init__(self, certificate_path: str, private_key_path: str) -> None:
         if not isinstance(certificate_path, str) or not isinstance(private_key_path, str):
             raise ValueError("certificate_path and private_key_path must be str")
         self.certificate_path = certificate_path
         self.private_key_path = private_key_path
+
+    @property
+    def auth_method(self) -> str | None:
+        return TLS_METHOD
+
+    def auth_data(self) -> bytes:
+        return b""  # the certificate is in the TLS handshake, not in connect
+
+    def __repr__(self) -> str:
+        return f"AuthenticationTLS({self.certificate_path!r})"
 
 
 class AuthenticationAthenz(Authentication):
@@ -150,3 +165,25 @@ def token_from_params(params: str) -> AuthenticationToken:
             return token_from_params(doc["token"])
         raise ValueError('token auth params as JSON must be {"token": "..."}')
     return AuthenticationToken(params)
+
+
+def tls_from_params(params: str) -> AuthenticationTLS:
+    """Pulsar's ``--auth-params`` for AuthenticationTls: ``tlsCertFile:/path,tlsKeyFile:/path`` or
+    the JSON ``{"tlsCertFile": "...", "tlsKeyFile": "..."}``."""
+    params = params.strip()
+    fields: dict[str, str] = {}
+    if params.startswith("{"):
+        import json
+
+        doc = json.loads(params)
+        if isinstance(doc, dict):
+            fields = {str(k): str(v) for k, v in doc.items()}
+    else:
+        for part in params.split(","):
+            name, sep, value = part.partition(":")
+            if sep:
+                fields[name.strip()] = value.strip()
+    cert, key = fields.get("tlsCertFile"), fields.get("tlsKeyFile")
+    if not cert or not key:
+        raise ValueError("TLS auth params need tlsCertFile:<path>,tlsKeyFile:<path>")
+    return AuthenticationTLS(cert, key)

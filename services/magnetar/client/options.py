@@ -288,6 +288,8 @@ class Result(Enum):
     CumulativeAcknowledgementNotAllowedError = 18
     ProducerBlockedQuotaExceededError = 19
     ProducerBlockedQuotaExceededException = 20
+    AuthenticationError = 21
+    AuthorizationError = 22
 
 
 _RESULT_BY_ERROR: dict[type[MagnetarError], Result] = {
@@ -306,6 +308,8 @@ _RESULT_BY_ERROR: dict[type[MagnetarError], Result] = {
     errors.MessageTooLarge: Result.MessageTooBig,
     errors.TopicNotFound: Result.TopicNotFound,
     errors.PersistenceError: Result.BrokerPersistenceError,
+    errors.AuthenticationError: Result.AuthenticationError,
+    errors.AuthorizationError: Result.AuthorizationError,
     ProducerQueueIsFull: Result.ProducerQueueIsFull,
     CumulativeAcknowledgementNotAllowedError: Result.CumulativeAcknowledgementNotAllowedError,
 }

@@ -18,6 +18,7 @@ import urllib.request
 from typing import Any
 
 from magnetar.client.auth import AuthenticationToken, token_from_params
+from magnetar.jobs.credentials import JobCredentials
 from magnetar.protocol.topic_name import TopicName
 
 RETRIES = 5
@@ -43,8 +44,10 @@ class AdminClient:
     """Calls on one broker's admin URL (``http://host:8080``).
 
     ``token`` (``token:<jwt>``, ``file:///path`` re-read on every call, or a bare JWT) goes in
-    ``Authorization: Bearer`` when the brokers have authentication on; ``ssl_context`` verifies
-    an ``https://`` URL. Neither is wired from a job's options yet (issue 12, internal identity).
+    ``Authorization: Bearer`` when the brokers have authentication on; without one, the job's
+    environment token (``MAGNETAR_AUTH_TOKEN`` / ``MAGNETAR_AUTH_TOKEN_FILE``, jobs/credentials.py)
+    is used, so every job's calls carry the ``jobs`` identity the operator gave it.
+    ``ssl_context`` verifies an ``https://`` URL (without one, the environment's trust file).
     """
 
     def __init__(
@@ -52,6 +55,10 @@ class AdminClient:
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        if token is None:
+            token = JobCredentials().admin_params()
+        if ssl_context is None and self.url.startswith("https://"):
+            ssl_context = JobCredentials().admin_ssl_context()  # MAGNETAR_TLS_TRUST_CERTS_FILE
         self._token: AuthenticationToken | None = token_from_params(token) if token else None
         self._ssl = ssl_context
 

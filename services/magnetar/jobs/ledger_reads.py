@@ -18,6 +18,12 @@ Why not ``replica_reads.read_entry`` itself: it needs a ``LedgerMetadata`` and a
 the last replica's bare error, and cannot check the payload CRC; here the error must name the
 topic and entry for a failed Spark task, and a bookie that refused a connection is tried last for
 the rest of the range instead of first for every other entry.
+
+Credentials: with authentication on the bookies, the reader sends the job's own token
+(``security``; by default the environment's, jobs/credentials.py). TLS is per bookie, as each
+registered itself (``LedgerRange.tls_bookies``): TLS with the job's trust settings
+(``tlsTrustCertsFilePath``) to a bookie that speaks only TLS, plaintext to the others, so one job
+reads a cluster whose bookies are being moved to TLS one by one.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from magnetar.bookie.client_security import BookieClientSecurity
 from magnetar.bookie.tcp_client import TcpBookieClient
+from magnetar.jobs.credentials import JobCredentials
 from magnetar.jobs.topic_plan import LedgerRange
 from magnetar.ledger.distribution import write_set
 from magnetar.protocol.checksum import crc32c
@@ -95,8 +103,10 @@ class RangeReader:
         window: int = READ_WINDOW,
         request_timeout: float = REQUEST_TIMEOUT,
         connect_timeout: float = CONNECT_TIMEOUT,
+        security: BookieClientSecurity | None = None,
     ) -> None:
         self.range = rng
+        self._security = security if security is not None else JobCredentials().bookie_security()
         self.window = window
         self.stats = ReadStats()
         self._ensembles = _Ensembles(rng.metadata)
@@ -111,12 +121,19 @@ class RangeReader:
             address = self.range.bookies.get(bookie_id)
             if address is None:
                 raise NotConnected(f"bookie {bookie_id} was not registered when the read was planned")
+            security = self._security
+            if bookie_id in self.range.tls_bookies:
+                if security.ssl_context is None:
+                    raise NotConnected(f"bookie {bookie_id!r} accepts only TLS; set tlsTrustCertsFilePath to reach it")
+            elif security.ssl_context is not None:
+                security = replace(security, ssl_context=None)
             client = TcpBookieClient(
                 bookie_id,
                 address[0],
                 address[1],
                 request_timeout=self._request_timeout,
                 connect_timeout=self._connect_timeout,
+                security=security,
             )
             self._clients[bookie_id] = client
         return client

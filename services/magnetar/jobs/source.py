@@ -12,7 +12,11 @@ to Spark as Arrow record batches. The brokers are asked only for metadata, never
 
 Options: ``adminUrl`` (required); one of ``topic`` / ``topics`` (comma-separated) / ``namespace``;
 ``startAfter`` and ``endAt`` (JSON ``{partition topic: "ledger:entry"}``, exclusive / inclusive);
-``entriesPerPartition`` (default 5000); ``publishTimeSlackMs`` (see ``pushdown``, default 1000).
+``entriesPerPartition`` (default 5000); ``publishTimeSlackMs`` (see ``pushdown``, default 1000);
+``authPluginClassName`` / ``authParams`` (Pulsar's Spark connector's names, also with its
+``pulsar.client.`` prefix; default: the ``MAGNETAR_AUTH_TOKEN*`` environment, jobs/credentials.py)
+for the admin API and the bookies; ``tlsTrustCertsFilePath`` (the same way) for TLS bookies and
+an ``https://`` admin URL.
 Rows are durable ones only: up to each topic's ``lastConfirmedEntry`` when the read was planned.
 
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (Spark refuses a reader
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -40,6 +44,7 @@ from pyspark.sql.types import (
 )
 
 from magnetar.jobs.admin_client import AdminClient
+from magnetar.jobs.credentials import JobCredentials
 from magnetar.jobs.ledger_reads import RangeReader
 from magnetar.jobs.pushdown import DEFAULT_PUBLISH_TIME_SLACK_MS, Pushed, prune, take_filters
 from magnetar.jobs.rows import COLUMNS, RowColumns
@@ -102,6 +107,7 @@ class ReadOptions:
     end_at: dict[str, tuple[int, int]]
     entries_per_partition: int
     publish_time_slack_ms: int
+    credentials: JobCredentials = field(default_factory=JobCredentials)
 
     @classmethod
     def parse(cls, options: Any) -> ReadOptions:
@@ -131,6 +137,7 @@ class ReadOptions:
             end_at=parse_positions(opt("endAt"), "endAt"),
             entries_per_partition=per_partition,
             publish_time_slack_ms=slack,
+            credentials=JobCredentials.from_options(options),
         )
 
 
@@ -163,7 +170,9 @@ class MagnetarReader(DataSourceReader):
     def plan(self) -> ReadPlan:
         """The read plan before pushdown (the export uses the same ``plan_reads``)."""
         o = self.options
-        admin = AdminClient(o.admin_url)
+        admin = AdminClient(
+            o.admin_url, token=o.credentials.admin_params(), ssl_context=o.credentials.admin_ssl_context()
+        )
         topics = resolve_topics(admin, topic=o.topic, topics=o.topics, namespace=o.namespace)
         return plan_reads(
             admin, topics, start_after=o.start_after, end_at=o.end_at, entries_per_range=o.entries_per_partition
@@ -180,17 +189,23 @@ class MagnetarReader(DataSourceReader):
         if rng is None:
             return iter(())
         keep = self.pushed.keep_entry if self.pushed.filters_entries else None
-        return read_range_batches(rng, keep=keep)
+        return read_range_batches(rng, keep=keep, credentials=self.options.credentials)
 
 
-def read_range_batches(rng: LedgerRange, *, keep: Any = None, rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[Any]:
+def read_range_batches(
+    rng: LedgerRange,
+    *,
+    keep: Any = None,
+    rows_per_batch: int = ROWS_PER_BATCH,
+    credentials: JobCredentials | None = None,
+) -> Iterator[Any]:
     """The rows of ``rng`` as ``pyarrow.RecordBatch``es, streamed window by window.
 
     A fresh event loop per range (``asyncio.Runner``): a Spark task runs in a Python worker that
     may be reused for other tasks, so nothing of one read's loop or connections may outlive it.
     """
     with asyncio.Runner() as runner:
-        reader = RangeReader(rng)
+        reader = RangeReader(rng, security=(credentials or JobCredentials()).bookie_security())
         cols = RowColumns(rng.topic, rng.partition, rng.ledger_id, keep=keep)
         try:
             for lo, hi in reader.windows():

@@ -46,7 +46,8 @@ class LedgerRange:
     ``bookies`` maps the ids of its ensembles' bookies to ``(host, port)`` (an id missing there
     was not registered at planning time: that replica is tried last and fails).
     ``closed_at_ms`` is the ledger's close time (0 while open): no message in it was published
-    later, which lets a publish-time filter skip the whole ledger.
+    later, which lets a publish-time filter skip the whole ledger. ``tls_bookies``: the ids of
+    those bookies that registered ``tls: true`` (their port speaks only TLS, WIRE.md R84).
     """
 
     topic: str
@@ -57,6 +58,7 @@ class LedgerRange:
     metadata: dict[str, Any]
     bookies: dict[str, tuple[str, int]] = field(default_factory=dict)
     closed_at_ms: int = 0
+    tls_bookies: tuple[str, ...] = ()
 
     @property
     def entries(self) -> int:
@@ -158,11 +160,19 @@ def resolve_topics(
 
 def bookie_addresses(admin: AdminClient) -> dict[str, tuple[str, int]]:
     """Registered bookies by id -> ``(host, port)`` (``GET /admin/v2/bookies``)."""
+    return bookie_directory(admin)[0]
+
+
+def bookie_directory(admin: AdminClient) -> tuple[dict[str, tuple[str, int]], frozenset[str]]:
+    """One ``GET /admin/v2/bookies``: the addresses by id, and the ids that speak only TLS."""
     out: dict[str, tuple[str, int]] = {}
+    tls: set[str] = set()
     for doc in admin.get("bookies") or []:
         if doc.get("host") and doc.get("port"):
             out[str(doc["id"])] = (str(doc["host"]), int(doc["port"]))
-    return out
+            if doc.get("tls"):
+                tls.add(str(doc["id"]))
+    return out, frozenset(tls)
 
 
 def _internal_stats(admin: AdminClient, topic: str) -> dict[str, Any]:
@@ -190,7 +200,7 @@ def plan_reads(
     ends = {str(TopicName.parse(t)): p for t, p in (end_at or {}).items()}
     with ThreadPoolExecutor(max_workers=PLAN_CONCURRENCY) as pool:
         stats = list(pool.map(lambda t: _internal_stats(admin, t), topics))
-    addresses = bookie_addresses(admin)
+    addresses, tls_bookies = bookie_directory(admin)
     ranges: list[LedgerRange] = []
     end_positions: dict[str, Position] = {}
     for name, doc in zip(topics, stats, strict=True):
@@ -198,6 +208,7 @@ def plan_reads(
             name,
             doc,
             addresses,
+            tls_bookies=tls_bookies,
             start_after=starts.get(name),
             end_at=ends.get(name),
             entries_per_range=entries_per_range,
@@ -212,6 +223,7 @@ def plan_topic(
     stats: Mapping[str, Any],
     addresses: Mapping[str, tuple[str, int]],
     *,
+    tls_bookies: frozenset[str] = frozenset(),
     start_after: Position | None = None,
     end_at: Position | None = None,
     entries_per_range: int = DEFAULT_ENTRIES_PER_RANGE,
@@ -239,9 +251,10 @@ def plan_topic(
         ids = {b for ens in md.get("ensembles", []) for b in ens.get("bookies", [])}
         bookies = {b: addresses[b] for b in sorted(ids) if b in addresses}
         closed = int(ledger.get("timestamp", 0) or 0)
+        tls = tuple(sorted(b for b in bookies if b in tls_bookies))
         for lo in range(first, last + 1, entries_per_range):
             hi = min(last, lo + entries_per_range - 1)
-            ranges.append(LedgerRange(topic, partition, lid, lo, hi, dict(md), bookies, closed))
+            ranges.append(LedgerRange(topic, partition, lid, lo, hi, dict(md), bookies, closed, tls))
     if ranges:
         last_range = ranges[-1]
         return ranges, (last_range.ledger_id, last_range.last_entry)

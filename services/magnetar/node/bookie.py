@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from magnetar.bookie.auth import BookieSecurity
+from magnetar.bookie.client_security import BookieClientSecurity
 from magnetar.bookie.http import BookieHttpServer
 from magnetar.bookie.service import BookieService
 from magnetar.metadata.store import MetadataStore
@@ -38,7 +40,13 @@ class BookieNode(Node):
         reprovision: bool = False,
         advertised_host: str | None = None,
         http_port: int | None = None,
+        security: BookieSecurity | None = None,
+        client_security: BookieClientSecurity | None = None,
     ) -> None:
+        """``security``: authentication and TLS of the bookie's port; ``client_security``: the
+        credentials and TLS its autorecovery uses towards the other bookies (bookie/auth.py)."""
+        self.security = security
+        self.client_security = client_security
         self.data_dir = data_dir
         self.host = host
         self.port = port
@@ -64,6 +72,8 @@ class BookieNode(Node):
             readonly_threshold=self.readonly_threshold,
             reprovision=self.reprovision,
             advertised_host=self.advertised_host,
+            security=self.security,
+            client_security=self.client_security,
         )
         with binding(self.port, "bookie"):
             await service.start()  # a failed start closes what it opened

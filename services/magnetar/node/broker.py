@@ -13,6 +13,7 @@ that fails part-way stops what it had started and re-raises.
 
 from __future__ import annotations
 
+from magnetar.bookie.client_security import BookieClientSecurity
 from magnetar.bookie.resolver import MetadataBookieResolver
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.metrics import BrokerMetrics
@@ -38,11 +39,14 @@ class BrokerNode(Node):
 
     async def _start(self) -> None:
         self.store = await open_metadata_store(self.metadata_url)
-        self.resolver = MetadataBookieResolver(self.store)
+        # The broker's own credentials and TLS towards the bookies (bookkeeperClientAuthentication*,
+        # bookkeeperTLS*): every ledger write and read goes through these clients.
+        self.resolver = MetadataBookieResolver(self.store, security=BookieClientSecurity.from_config(self.config))
         ledgers = LedgerManager(self.store, self.resolver)
         self.broker = BrokerService(
             self.config, self.store, ledgers, BrokerMetrics(), clustered=True, bundles=self.bundles
         )
+        self.broker.cluster = self.cluster  # whose namespace isolation policies apply (broker/isolation.py)
         await ensure_default_namespace(self.broker.resources, self.cluster)
         self.listeners = BrokerListeners(self.broker)
         await self.listeners.start()

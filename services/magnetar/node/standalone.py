@@ -3,7 +3,10 @@
 Everything lives under one data directory (``metadata/``, ``bookie/``) so that a restart — clean
 or after kill -9 — finds its topics, ledgers and cursors again. The broker talks to its bookie
 in-process (no TCP hop); the bookie also listens on its own port so that tools that read ledgers
-directly (the Spark data source) can reach it. On first start the tenant ``public`` and the
+directly (the Spark data source) can reach it. With token authentication on, that port admits
+only clients with a valid token of the broker's key (and, when the broker has superusers, only
+theirs), as a cluster's bookies do: otherwise anyone on the host could write ledgers past the
+broker's checks. On first start the tenant ``public`` and the
 namespace ``public/default`` are created, as in Pulsar's standalone.
 
 Start order: metadata store, bookie (it listens and is ready before any ledger is written),
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from magnetar.bookie.auth import BookieSecurity
 from magnetar.bookie.local_client import LocalBookieClient
 from magnetar.bookie.resolver import StaticBookieResolver
 from magnetar.bookie.service import BookieService
@@ -66,6 +70,7 @@ class Standalone(Node):
             store=self.store,
             registry=bookie_registry,
             autorecovery=False,  # one bookie: there is nowhere to re-replicate to
+            security=bookie_security(self.config.broker),
         )
         with binding(self.config.bookie_port, "bookie"):
             await bookie.start()  # a failed start closes what it opened
@@ -92,3 +97,17 @@ class Standalone(Node):
             await self.bookie.stop()
         if self.store is not None:
             await self.store.close()
+
+
+def bookie_security(broker: BrokerConfig) -> BookieSecurity:
+    """The embedded bookie's port asks for what the broker asks for: a token of the same key."""
+    if not broker.authentication_enabled or not (broker.token_secret_key or broker.token_public_key):
+        return BookieSecurity()
+    return BookieSecurity(
+        authentication_enabled=True,
+        token_secret_key=broker.token_secret_key,
+        token_public_key=broker.token_public_key,
+        token_public_alg=broker.token_public_alg,
+        token_auth_claim=broker.token_auth_claim,
+        super_user_roles=list(broker.super_user_roles),
+    )

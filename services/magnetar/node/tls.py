@@ -10,8 +10,8 @@
   ask for one without verifying it), which only makes sense while testing.
 
 The same context serves the binary TLS listener (``brokerServicePortTls``) and the admin API's
-HTTPS listener (``webServicePortTls``). TLS 1.2 is the minimum. Broker-to-bookie traffic is not
-encrypted yet (a later part of issue 12).
+HTTPS listener (``webServicePortTls``). TLS 1.2 is the minimum. TLS between brokers and bookies
+is ``bookie/client_security.py`` (the client side) and ``security/tls.py`` (the contexts).
 """
 
 from __future__ import annotations

@@ -71,6 +71,7 @@ BK_READ: Final = "bk_read"
 BK_READ_LAC: Final = "bk_read_lac"
 BK_FENCE: Final = "bk_fence"
 BK_DELETE: Final = "bk_delete"
+BK_AUTH: Final = "bk_auth"  # a client's credentials, first frame to a bookie with auth on (WIRE.md R80)
 BK_RESPONSE: Final = "bk_response"
 BK_OK: Final = "OK"  # the ``code`` of a successful ``bk_response``
 
@@ -415,6 +416,15 @@ class BkDelete(TypedDict):
     ledger: int
 
 
+class BkAuth(TypedDict):
+    """A bookie client's credentials (WIRE.md R80); answered by ``bk_response`` ``OK`` or an error frame."""
+
+    t: Literal["bk_auth"]
+    rid: int
+    auth_method: str
+    auth_data: bytes
+
+
 class BkResponse(TypedDict):
     """Every bookie answer: ``code`` is ``"OK"`` or an error code (then with ``message``)."""
 
@@ -443,7 +453,7 @@ Request = (
     | GetLastMessageId
     | GetTopicsOfNamespace
 )
-BookieRequest = BkAdd | BkRead | BkReadLac | BkFence | BkDelete
+BookieRequest = BkAdd | BkRead | BkReadLac | BkFence | BkDelete | BkAuth
 
 # What a server runs, by name; REQUIRED_FIELDS below is read from these.
 SERVED: Final[dict[str, Any]] = {
@@ -471,6 +481,7 @@ SERVED: Final[dict[str, Any]] = {
     BK_READ_LAC: BkReadLac,
     BK_FENCE: BkFence,
     BK_DELETE: BkDelete,
+    BK_AUTH: BkAuth,
 }
 
 
@@ -805,6 +816,10 @@ def bk_fence(ledger: int, rid: int = 0) -> BkFence:
 
 def bk_delete(ledger: int, rid: int = 0) -> BkDelete:
     return {"t": BK_DELETE, "ledger": ledger, "rid": rid}
+
+
+def bk_auth(auth_method: str, auth_data: bytes, rid: int = 0) -> BkAuth:
+    return {"t": BK_AUTH, "auth_method": auth_method, "auth_data": auth_data, "rid": rid}
 
 
 def bk_response(rid: int) -> BkResponse:

@@ -43,6 +43,7 @@ class ErrorCode(StrEnum):
     PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR = "ProducerBlockedQuotaExceededError"
     PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION = "ProducerBlockedQuotaExceededException"
     AUTHENTICATION_ERROR = "AuthenticationError"
+    AUTHORIZATION_ERROR = "AuthorizationError"
 
 
 class MagnetarError(Exception):
@@ -188,6 +189,13 @@ class AuthenticationError(MagnetarError):
     code = ErrorCode.AUTHENTICATION_ERROR
 
 
+class AuthorizationError(MagnetarError):
+    """An authenticated role that may not do this (WIRE.md R70-R74; pulsar-client's
+    ``AuthorizationError``). Not retryable: only a grant changes the answer."""
+
+    code = ErrorCode.AUTHORIZATION_ERROR
+
+
 _BY_CODE: dict[str, type[MagnetarError]] = {
     cls.code.value: cls
     for cls in [
@@ -221,6 +229,7 @@ _BY_CODE: dict[str, type[MagnetarError]] = {
         ProducerBlockedQuotaExceededError,
         ProducerBlockedQuotaExceededException,
         AuthenticationError,
+        AuthorizationError,
     ]
 }
 

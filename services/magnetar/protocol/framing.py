@@ -51,6 +51,15 @@ class FrameDecoder:
         self._max = max_frame_size
 
     @property
+    def max_frame_size(self) -> int:
+        """The largest frame accepted now; a broker raises it once a connection authenticated."""
+        return self._max
+
+    @max_frame_size.setter
+    def max_frame_size(self, value: int) -> None:
+        self._max = value
+
+    @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a whole frame (non-zero at EOF means truncation)."""
         return len(self._buf)

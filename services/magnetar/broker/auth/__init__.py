@@ -5,5 +5,5 @@ verifies JWTs with PyJWT, ``providers`` turns credentials into a role (Pulsar's
 AuthenticationService with its token provider), ``session`` authenticates one binary connection
 and re-challenges it when its token expires, ``http`` is the admin API's middleware and the
 credentials brokers send each other. Everything is off unless ``authenticationEnabled`` is set.
-Authorization (what a role may do) is not built yet: any valid token may do anything.
+What a role may do is decided by ``broker/authz`` (off unless ``authorizationEnabled``).
 """

@@ -27,6 +27,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from magnetar.broker.auth import tls_provider
 from magnetar.broker.auth.providers import Authentication
 from magnetar.broker.config import BrokerConfig
 from magnetar.protocol import commands as c
@@ -59,6 +60,10 @@ def auth_middleware(authentication: Authentication | None, authenticate_metrics:
             request["auth_role"] = None
             return await handler(request)
         header = request.headers.get("Authorization", "")
+        if not header and tls_provider.METHOD in authentication.providers:  # R93: certificate's CN
+            certificate = tls_provider.peer_certificate(request.transport)
+            if certificate.cert:  # else: refused below as any request without credentials
+                return await _certificate_request(authentication, certificate, request, handler)
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return _unauthorized("Authentication required: send Authorization: Bearer <token>")
@@ -74,6 +79,24 @@ def auth_middleware(authentication: Authentication | None, authenticate_metrics:
             _caller_authorization.reset(reset)
 
     return middleware
+
+
+async def _certificate_request(
+    authentication: Authentication, certificate: tls_provider.PeerCertificate, request: web.Request, handler: Handler
+) -> web.StreamResponse:
+    """A request without ``Authorization`` on HTTPS: the role of its verified client certificate.
+    Forwarded on to another broker it carries no credentials (a certificate cannot be passed on,
+    and the broker's own token must not stand in for the caller's)."""
+    try:
+        got = authentication.authenticate(tls_provider.METHOD, certificate)
+    except AuthenticationError as exc:
+        return _unauthorized(str(exc))
+    request["auth_role"] = got.role
+    reset = _caller_authorization.set("")
+    try:
+        return await handler(request)
+    finally:
+        _caller_authorization.reset(reset)
 
 
 def broker_token(config: BrokerConfig) -> str | None:
@@ -99,6 +122,6 @@ def outgoing_headers(config: BrokerConfig) -> dict[str, str]:
     """``Authorization`` for a call to another broker: the caller's, else the broker's own."""
     caller = _caller_authorization.get()
     if caller is not None:
-        return {"Authorization": caller}
+        return {"Authorization": caller} if caller else {}
     token = broker_token(config)
     return {"Authorization": f"Bearer {token}"} if token else {}

@@ -1,42 +1,40 @@
 """Authentication providers and the broker's set of them (Pulsar's AuthenticationService).
 
 A provider turns (``auth_method``, ``auth_data``) into a role, or refuses with
-``AuthenticationError``. Only the token provider exists; Pulsar's TLS provider
-(``AuthenticationProviderTls``, mTLS client certificates) is refused by name at start-up so that a
-configuration asking for it does not silently run without it. ``authentication_for`` builds the
-set once per broker (keys are read and decoded then, so a bad key stops the broker at start
-rather than refusing every client later) and caches it on the broker object.
+``AuthenticationError``. Two exist, as Pulsar's: the token provider (``token``,
+``AuthenticationProviderToken``) and the TLS provider (``tls``, ``AuthenticationProviderTls``,
+``tls_provider.py``: the role is the verified client certificate's CN). Any other name is
+refused at start-up, so that a configuration asking for it does not silently run without it.
+``authentication_for`` builds the set once per broker (keys are read and decoded then, so a bad
+key stops the broker at start rather than refusing every client later) and caches it on the
+broker object.
 
-Authorization is not here yet: any role a provider accepts may do anything.
+What the role may do is ``broker/authz``'s business, not a provider's.
 """
 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 from typing import Protocol
 
 from magnetar.broker.auth import keys
+from magnetar.broker.auth.authenticated import Authenticated
+from magnetar.broker.auth.tls_provider import TLS_PROVIDER_NAMES, TlsProvider
 from magnetar.broker.auth.tokens import TokenError, TokenVerifier
 from magnetar.broker.config import BrokerConfig
 from magnetar.protocol import commands as c
 from magnetar.protocol.errors import AuthenticationError
 
+__all__ = ["Authenticated", "Authentication", "AuthenticationProvider", "TokenProvider", "authentication_for"]
+
 # Names ``authenticationProviders`` may hold for the token provider.
 TOKEN_PROVIDER_NAMES = ("token", "org.apache.pulsar.broker.authentication.AuthenticationProviderToken")
-
-
-@dataclass(frozen=True, slots=True)
-class Authenticated:
-    role: str
-    method: str
-    expires_at: float | None  # epoch seconds; None: the credentials never expire
 
 
 class AuthenticationProvider(Protocol):
     method: str
 
-    def authenticate(self, data: bytes | str) -> Authenticated: ...
+    def authenticate(self, data: object) -> Authenticated: ...
 
 
 class TokenProvider:
@@ -60,9 +58,11 @@ class TokenProvider:
             return cls(TokenVerifier(alg, keys.read_key(config.token_public_key), config.token_auth_claim))
         raise ValueError("token authentication needs tokenSecretKey or tokenPublicKey")
 
-    def authenticate(self, data: bytes | str) -> Authenticated:
+    def authenticate(self, data: object) -> Authenticated:
+        if not isinstance(data, (bytes, str)) or not data:
+            raise AuthenticationError("Authentication required: no credentials were given")
         try:
-            token = data.decode() if isinstance(data, bytes) else str(data)
+            token = data.decode() if isinstance(data, bytes) else data
         except UnicodeDecodeError:
             raise AuthenticationError("Failed to authenticate: the token is not UTF-8 text") from None
         try:
@@ -89,8 +89,10 @@ class Authentication:
         for name in names:
             if name in TOKEN_PROVIDER_NAMES:
                 providers.append(TokenProvider.from_config(config))
+            elif name in TLS_PROVIDER_NAMES:
+                providers.append(TlsProvider.from_config(config))
             else:
-                raise ValueError(f"authentication provider {name!r} is not supported (supported: token)")
+                raise ValueError(f"authentication provider {name!r} is not supported (supported: token, tls)")
         if config.authentication_refresh_check_seconds <= 0:
             raise ValueError("authenticationRefreshCheckSeconds must be positive")
         return cls(providers, config.authentication_refresh_check_seconds)
@@ -103,9 +105,7 @@ class Authentication:
             raise AuthenticationError(
                 f"Authentication method {method!r} is not supported (supported: {', '.join(sorted(self.providers))})"
             )
-        if not isinstance(data, (bytes, str)) or not data:
-            raise AuthenticationError("Authentication required: no credentials were given")
-        return provider.authenticate(data)
+        return provider.authenticate(data)  # each provider checks its own kind of credentials
 
 
 _BUILT: weakref.WeakKeyDictionary[object, Authentication | None] = weakref.WeakKeyDictionary()
