@@ -72,8 +72,8 @@ Where we differ from Pulsar, on purpose or for now:
   ``stats_interval_in_seconds`` and ``logger`` have no effect, ``listener_name`` raises
   ``Unsupported``; a failed TLS handshake raises ``ConnectError`` and refused credentials
   ``AuthenticationError`` at once; ``AuthenticationTLS`` presents a client certificate whose CN is
-  the role (the broker's ``tls`` provider), and ``AuthenticationOauth2`` / ``AuthenticationBasic`` / ``AuthenticationAthenz`` /
-  ``Authentication`` raise ``Unsupported``.
+  the role (the broker's ``tls`` provider), and ``AuthenticationOauth2`` /
+  ``AuthenticationBasic`` / ``AuthenticationAthenz`` / ``Authentication`` raise ``Unsupported``.
 """
 
 from magnetar.client.auth import (
