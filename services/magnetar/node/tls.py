@@ -19,12 +19,13 @@ from __future__ import annotations
 import ssl
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.security import tls
 
 __all__ = ["TlsConfigError", "server_ssl_context", "tls_enabled"]
 
 
-class TlsConfigError(ValueError):
-    """The TLS settings are incomplete or their files unreadable; the message names the setting."""
+# The error of a bad TLS setting (a ``ValueError`` naming the setting), shared with the bookie port.
+TlsConfigError = tls.TlsFilesError
 
 
 def tls_enabled(config: BrokerConfig) -> bool:
@@ -34,31 +35,10 @@ def tls_enabled(config: BrokerConfig) -> bool:
 
 def server_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
     """The context for the TLS listeners; raises ``TlsConfigError`` naming what is missing."""
-    if not config.tls_certificate_file_path or not config.tls_key_file_path:
-        raise TlsConfigError(
-            "a TLS port needs tlsCertificateFilePath and tlsKeyFilePath (the broker's certificate and key)"
-        )
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(config.tls_certificate_file_path, config.tls_key_file_path)
-    except (OSError, ssl.SSLError) as exc:
-        raise TlsConfigError(
-            f"cannot load tlsCertificateFilePath {config.tls_certificate_file_path!r} / "
-            f"tlsKeyFilePath {config.tls_key_file_path!r}: {exc}"
-        ) from exc
-    trust = config.tls_trust_certs_file_path
-    if config.tls_require_trusted_client_cert_on_connect and not trust and not config.tls_allow_insecure_connection:
-        raise TlsConfigError("tlsRequireTrustedClientCertOnConnect needs tlsTrustCertsFilePath (the clients' CA)")
-    if trust:
-        try:
-            ctx.load_verify_locations(cafile=trust)
-        except (OSError, ssl.SSLError) as exc:
-            raise TlsConfigError(f"cannot load tlsTrustCertsFilePath {trust!r}: {exc}") from exc
-    if config.tls_allow_insecure_connection:
-        ctx.verify_mode = ssl.CERT_NONE  # Python cannot ask for a certificate without checking it
-    elif config.tls_require_trusted_client_cert_on_connect:
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    elif trust:
-        ctx.verify_mode = ssl.CERT_OPTIONAL
-    return ctx
+    return tls.server_context(
+        config.tls_certificate_file_path,
+        config.tls_key_file_path,
+        config.tls_trust_certs_file_path,
+        require_client_cert=config.tls_require_trusted_client_cert_on_connect,
+        allow_insecure=config.tls_allow_insecure_connection,
+    )

@@ -1,7 +1,7 @@
 """``ssl.SSLContext`` builders for the bookie port, server side and client side.
 
-The bookie layer cannot use ``node/tls.py`` (a node module, above it), so the two contexts the data
-plane needs live here, with the rules of the broker's: TLS 1.2 at least; a server asks for a client
+They live in this low layer so that the bookie layer can use them; the broker's listeners
+(``node/tls.py``) use the same server context. The rules: TLS 1.2 at least; a server asks for a client
 certificate when it has a trust file and requires one only with
 ``tlsRequireTrustedClientCertOnConnect``; a client always verifies the bookie's certificate against
 its trust file (or the system store) and its host name against the address the bookie registered,
@@ -19,24 +19,40 @@ class TlsFilesError(ValueError):
 
 
 def server_context(
-    certificate: str | None, key: str | None, trust: str | None = None, *, require_client_cert: bool = False
+    certificate: str | None,
+    key: str | None,
+    trust: str | None = None,
+    *,
+    require_client_cert: bool = False,
+    allow_insecure: bool = False,
 ) -> ssl.SSLContext:
+    """A listener's context (the broker's TLS ports and the bookie port share it).
+
+    ``allow_insecure`` (``tlsAllowInsecureConnection``) accepts any client certificate: Python
+    cannot ask for one without checking it, so none is asked for."""
     if not certificate or not key:
-        raise TlsFilesError("TLS on the bookie port needs tlsCertificateFilePath and tlsKeyFilePath")
+        raise TlsFilesError("a TLS port needs tlsCertificateFilePath and tlsKeyFilePath (its certificate and key)")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         ctx.load_cert_chain(certificate, key)
     except (OSError, ssl.SSLError) as exc:
-        raise TlsFilesError(f"cannot load tlsCertificateFilePath/tlsKeyFilePath: {exc}") from exc
-    if require_client_cert and not trust:
+        raise TlsFilesError(
+            f"cannot load tlsCertificateFilePath {certificate!r} / tlsKeyFilePath {key!r}: {exc}"
+        ) from exc
+    if require_client_cert and not trust and not allow_insecure:
         raise TlsFilesError("tlsRequireTrustedClientCertOnConnect needs tlsTrustCertsFilePath (the clients' CA)")
     if trust:
         try:
             ctx.load_verify_locations(cafile=trust)
         except (OSError, ssl.SSLError) as exc:
             raise TlsFilesError(f"cannot load tlsTrustCertsFilePath {trust!r}: {exc}") from exc
-        ctx.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
+    if allow_insecure:
+        ctx.verify_mode = ssl.CERT_NONE
+    elif require_client_cert:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    elif trust:
+        ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
 
 
