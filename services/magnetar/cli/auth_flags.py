@@ -11,39 +11,26 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"not a boolean: {value!r}")
-
-
-def _names(value: Any) -> list[str]:
-    """A list setting: comma-separated (broker.conf) or a YAML list."""
-    items = value if isinstance(value, list) else str(value).split(",")
-    return [str(x).strip() for x in items if str(x).strip()]
+from magnetar.cli.flag_types import flag_bool, flag_names
 
 
 def add_auth_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--authentication-enabled", type=_bool, nargs="?", const=True, default=False)
-    parser.add_argument("--authentication-providers", type=_names, default=[], help="token, tls (comma-separated)")
+    parser.add_argument("--authentication-enabled", type=flag_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--authentication-providers", type=flag_names, default=[], help="token, tls (comma-separated)")
     parser.add_argument("--token-secret-key", default=None, help="file:///path or data:;base64,... (HS256)")
     parser.add_argument("--token-public-key", default=None, help="file:///path or data:;base64,... (RS256/ES256)")
     parser.add_argument("--token-auth-claim", default="sub", help="the claim naming the role")
     parser.add_argument("--token-public-alg", default="RS256")
-    parser.add_argument("--super-user-roles", type=_names, default=[], help="roles that may do anything")
+    parser.add_argument("--super-user-roles", type=flag_names, default=[], help="roles that may do anything")
     parser.add_argument("--broker-client-authentication-plugin", default=None)
     parser.add_argument("--broker-client-authentication-parameters", default=None, help="token:<jwt> or file:///path")
     parser.add_argument("--authentication-refresh-check-seconds", type=float, default=60.0)
-    parser.add_argument("--authenticate-metrics-endpoint", type=_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--authenticate-metrics-endpoint", type=flag_bool, nargs="?", const=True, default=False)
     # Authorization (broker/authz/): only with authentication on.
-    parser.add_argument("--authorization-enabled", type=_bool, nargs="?", const=True, default=False)
-    parser.add_argument("--authorization-allow-wildcards-matching", type=_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--authorization-enabled", type=flag_bool, nargs="?", const=True, default=False)
+    parser.add_argument(
+        "--authorization-allow-wildcards-matching", type=flag_bool, nargs="?", const=True, default=False
+    )
 
 
 def auth_settings(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from magnetar.bookie.auth import BookieSecurity
 from magnetar.bookie.client_security import BookieClientSecurity
-from magnetar.cli.auth_flags import _bool, _names
+from magnetar.cli.flag_types import flag_bool, flag_names
 
 CLIENT_SETTINGS = (
     "bookkeeper_client_authentication_plugin",
@@ -36,24 +36,24 @@ def add_bookkeeper_client_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bookkeeper-tls-trust-certs-file-path", default=None, help="CA of the bookies: TLS on")
     parser.add_argument("--bookkeeper-tls-certificate-file-path", default=None)
     parser.add_argument("--bookkeeper-tls-key-file-path", default=None)
-    parser.add_argument("--bookkeeper-tls-client-authentication", type=_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--bookkeeper-tls-client-authentication", type=flag_bool, nargs="?", const=True, default=False)
 
 
 def add_bookie_server_flags(parser: argparse.ArgumentParser) -> None:
     """The bookie's own side; ``add_bookkeeper_client_flags`` is added too (autorecovery)."""
-    parser.add_argument("--authentication-enabled", type=_bool, nargs="?", const=True, default=False)
-    parser.add_argument("--authentication-providers", type=_names, default=[], help="token")
+    parser.add_argument("--authentication-enabled", type=flag_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--authentication-providers", type=flag_names, default=[], help="token")
     parser.add_argument("--token-secret-key", default=None, help="file:///path or data:;base64,... (HS256)")
     parser.add_argument("--token-public-key", default=None, help="file:///path (RS256/ES256)")
     parser.add_argument("--token-public-alg", default="RS256")
     parser.add_argument("--token-auth-claim", default="sub")
-    parser.add_argument("--super-user-roles", type=_names, default=[], help="only these roles may use the bookie")
-    parser.add_argument("--tls-enabled", type=_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--super-user-roles", type=flag_names, default=[], help="only these roles may use the bookie")
+    parser.add_argument("--tls-enabled", type=flag_bool, nargs="?", const=True, default=False)
     parser.add_argument("--tls-certificate-file-path", default=None)
     parser.add_argument("--tls-key-file-path", default=None)
     parser.add_argument("--tls-trust-certs-file-path", default=None, help="CA of client certificates")
     parser.add_argument(
-        "--tls-require-trusted-client-cert-on-connect", type=_bool, nargs="?", const=True, default=False
+        "--tls-require-trusted-client-cert-on-connect", type=flag_bool, nargs="?", const=True, default=False
     )
     add_bookkeeper_client_flags(parser)
 

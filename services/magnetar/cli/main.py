@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from magnetar.cli.flag_types import flag_bool
+
 DEFAULT_DATA_DIR = os.environ.get("MAGNETAR_DATA_DIR", "data/standalone")
 
 
@@ -80,21 +82,9 @@ def _policy_check_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _flag_bool(value: Any) -> bool:
-    """A boolean setting from a flag or a settings file (``true``/``false``, as broker.conf)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"not a boolean: {value!r}")
-
-
 def _add_dedup_flags(parser: argparse.ArgumentParser) -> None:
     """Pulsar's brokerDeduplication* settings (broker/dedup.py)."""
-    parser.add_argument("--broker-deduplication-enabled", type=_flag_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--broker-deduplication-enabled", type=flag_bool, nargs="?", const=True, default=False)
     parser.add_argument("--broker-deduplication-entries-interval", type=int, default=1000)
     parser.add_argument("--broker-deduplication-snapshot-interval-seconds", type=int, default=120)
     parser.add_argument("--broker-deduplication-max-number-of-producers", type=int, default=10000)
@@ -129,9 +119,9 @@ def _add_tls_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key-file-path", default=None)
     parser.add_argument("--tls-trust-certs-file-path", default=None)
     parser.add_argument(
-        "--tls-require-trusted-client-cert-on-connect", type=_flag_bool, nargs="?", const=True, default=False
+        "--tls-require-trusted-client-cert-on-connect", type=flag_bool, nargs="?", const=True, default=False
     )
-    parser.add_argument("--tls-allow-insecure-connection", type=_flag_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--tls-allow-insecure-connection", type=flag_bool, nargs="?", const=True, default=False)
 
 
 def _tls_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -173,7 +163,7 @@ def _add_compaction_flags(parser: argparse.ArgumentParser) -> None:
     """Topic compaction settings (broker/compaction/), Pulsar's broker.conf names in their units."""
     parser.add_argument("--broker-service-compaction-monitor-interval-in-seconds", type=float, default=60.0)
     parser.add_argument("--broker-service-compaction-threshold-in-bytes", type=int, default=0)
-    parser.add_argument("--topic-compaction-retain-null-key", type=_flag_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--topic-compaction-retain-null-key", type=flag_bool, nargs="?", const=True, default=False)
 
 
 def _compaction_settings(args: argparse.Namespace) -> dict[str, Any]:
