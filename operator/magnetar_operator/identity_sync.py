@@ -40,25 +40,36 @@ async def mint_tokens(logger: Any, **_: Any) -> None:
 @kopf.on.resume(GROUP, VERSION, "bookieensembles", id="identity-secrets")
 @kopf.on.create(GROUP, VERSION, "bookieensembles", id="identity-secrets")
 async def bookie_secrets(namespace: str | None, **_: Any) -> None:
-    if SETTINGS.auth_enabled and namespace:
+    if namespace:
+        await _identity_copy(namespace, "bookie", with_key=True)
+        await _tls_copy(namespace)
+
+
+async def _identity_copy(namespace: str, role: str, *, with_key: bool) -> None:
+    """``role``'s token Secret (and the signing key, ``with_key``) in ``namespace`` (auth on only)."""
+    if SETTINGS.auth_enabled:
         await asyncio.to_thread(
             identity.ensure_copies,
             runtime.kube(),
             SETTINGS.broker_namespace,
             namespace,
             SETTINGS.auth,
-            "bookie",
-            with_key=True,
+            role,
+            with_key=with_key,
         )
-    if namespace:
-        await _tls_copy(namespace)
 
 
-async def _tls_copy(namespace: str) -> None:
-    """The TLS certificate Secret (transport_tls.py) in a namespace whose pods mount it."""
+async def _tls_copy(namespace: str, *, ca_only: bool = False) -> None:
+    """The TLS certificate Secret (transport_tls.py; its CA alone, ``ca_only``) in a namespace
+    whose pods mount it (TLS on only)."""
     if SETTINGS.tls.enabled:
         await asyncio.to_thread(
-            transport_tls.ensure_copy, runtime.kube(), SETTINGS.broker_namespace, namespace, SETTINGS.tls
+            transport_tls.ensure_copy,
+            runtime.kube(),
+            SETTINGS.broker_namespace,
+            namespace,
+            SETTINGS.tls,
+            ca_only=ca_only,
         )
 
 
@@ -70,38 +81,12 @@ async def isolated_broker_secrets(spec: Any, namespace: str | None, **_: Any) ->
     the ``broker`` token there (tenants.py builds the set with identity.add_mounts)."""
     if not namespace or not ((spec or {}).get("isolation") or {}).get("enabled"):
         return
-    if SETTINGS.auth_enabled:
-        await asyncio.to_thread(
-            identity.ensure_copies,
-            runtime.kube(),
-            SETTINGS.broker_namespace,
-            namespace,
-            SETTINGS.auth,
-            "broker",
-            with_key=True,
-        )
+    await _identity_copy(namespace, "broker", with_key=True)
     await _tls_copy(namespace)
 
 
 async def ensure_jobs_token(namespace: str) -> None:
     """The ``jobs`` token Secret in a Spark application's namespace (auth on only), and the CA
     copy its pods mount (TLS on only)."""
-    if SETTINGS.tls.enabled:
-        await asyncio.to_thread(
-            transport_tls.ensure_copy,
-            runtime.kube(),
-            SETTINGS.broker_namespace,
-            namespace,
-            SETTINGS.tls,
-            ca_only=True,
-        )
-    if SETTINGS.auth_enabled:
-        await asyncio.to_thread(
-            identity.ensure_copies,
-            runtime.kube(),
-            SETTINGS.broker_namespace,
-            namespace,
-            SETTINGS.auth,
-            "jobs",
-            with_key=False,
-        )
+    await _tls_copy(namespace, ca_only=True)
+    await _identity_copy(namespace, "jobs", with_key=False)
