@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import socket
 import ssl
 import subprocess
@@ -35,8 +34,6 @@ from magnetar.broker.auth import keys
 from magnetar.broker.auth.tokens import create_token
 from magnetar.protocol import commands as c
 from magnetar.protocol.framing import FrameDecoder
-
-_TLS_BANNER = re.compile(r"service-tls (\S+) admin-tls (\S+)")
 
 
 class Setup:
@@ -113,9 +110,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     ]
     (base / "sa").mkdir()
     with run_standalone(base / "sa", *args) as sa:
-        found = _TLS_BANNER.search(sa.log_path.read_text())
-        assert found, sa.log_tail()
-        yield Setup(sa, found.group(1), found.group(2), pki, create_token("HS256", secret, "admin"))
+        assert sa.service_url_tls and sa.admin_url_tls, sa.log_tail()
+        yield Setup(sa, sa.service_url_tls, sa.admin_url_tls, pki, create_token("HS256", secret, "admin"))
 
 
 def _client(s: Setup, cert: Path | None, key: Path | None) -> magnetar.Client:

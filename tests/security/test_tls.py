@@ -8,7 +8,6 @@ checked for its exact error and for having stored nothing.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import time
@@ -21,8 +20,6 @@ from tests.security.certs import Pki, make_pki
 from tests.support.standalone import StandaloneProcess, admin_call, run_standalone
 
 import magnetar
-
-_TLS_BANNER = re.compile(r"service-tls (\S+) admin-tls (\S+)")
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +43,8 @@ def tls_standalone(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterat
         str(pki.server_key),
     ]
     with run_standalone(tmp_path_factory.mktemp("tls-standalone"), *args) as sa:
-        found = _TLS_BANNER.search(sa.log_path.read_text())
-        assert found, sa.log_tail()
-        yield sa, found.group(1), found.group(2)
+        assert sa.service_url_tls and sa.admin_url_tls, sa.log_tail()
+        yield sa, sa.service_url_tls, sa.admin_url_tls
 
 
 def _port(url: str) -> int:
@@ -213,9 +209,8 @@ def test_mtls_requires_a_client_certificate_from_the_trusted_ca(tmp_path: Path, 
         "localhost",
     ]
     with run_standalone(tmp_path, *args) as sa:
-        found = _TLS_BANNER.search(sa.log_path.read_text())
-        assert found, sa.log_tail()
-        tls_url = found.group(1)
+        assert sa.service_url_tls, sa.log_tail()
+        tls_url = sa.service_url_tls
         topic = _topic()
         anonymous = magnetar.Client(tls_url, tls_trust_certs_file_path=str(pki.ca_cert), operation_timeout_seconds=3)
         try:

@@ -26,6 +26,8 @@ from typing import Any
 from tests.support.process import ProcessControl
 
 _BANNER = re.compile(r"magnetar standalone ready: service (\S+) admin (\S+) bookie (\S+)")
+# The ready line's TLS listeners, when the standalone has them (brokerServicePortTls, webServicePortTls).
+_TLS_BANNER = re.compile(r"service-tls (\S+) admin-tls (\S+)")
 
 
 @dataclass
@@ -36,6 +38,8 @@ class StandaloneProcess(ProcessControl):
     service_url: str = ""
     admin_url: str = ""
     bookie_address: str = ""
+    service_url_tls: str = ""  # magnetar+ssl://..., with a TLS binary listener
+    admin_url_tls: str = ""  # https://..., with a TLS admin listener
     extra_args: list[str] = field(default_factory=list)
 
     def start(self, timeout: float = 60.0) -> None:
@@ -73,6 +77,8 @@ class StandaloneProcess(ProcessControl):
                 m = _BANNER.search(line)
                 if m and not found.is_set():
                     self.service_url, self.admin_url, self.bookie_address = m.groups()
+                    tls = _TLS_BANNER.search(line)
+                    self.service_url_tls, self.admin_url_tls = tls.groups() if tls else ("", "")
                     found.set()
 
         threading.Thread(target=pump, daemon=True).start()
