@@ -87,6 +87,7 @@ class Service:
         self.ready_marker = ready_marker
         self.url = url or ""
         self.admin = ""  # the admin (web) URL, when the banner names it
+        self.tls_url = ""  # the TLS listener's URL (``service-tls``), when the banner names it
         self.proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Service:
@@ -105,6 +106,9 @@ class Service:
                 m = re.search(r"admin (\S+)", line)
                 if m:
                     self.admin = m.group(1)
+                m = re.search(r"service-tls (\S+)", line)
+                if m:
+                    self.tls_url = m.group(1)
                 break
         return self
 

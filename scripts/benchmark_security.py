@@ -18,9 +18,7 @@ Usage: scripts/benchmark_security.py [--runs 3] [--messages 200000] [--json F]
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -76,32 +74,10 @@ def client_args(mode: str, m: Material) -> list[str]:
     return args
 
 
-class TlsAwareService(Service):
-    """``Service`` that also keeps the TLS listener's URL from the ready banner."""
-
-    tls_url = ""
-
-    def __enter__(self) -> TlsAwareService:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "magnetar.cli.main", "--log-level", "WARNING", *self.argv],
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if self.ready_marker in line:
-                self.url = re.search(r"service (\S+)", line).group(1)  # type: ignore[union-attr]
-                found = re.search(r"service-tls (\S+)", line)
-                self.tls_url = found.group(1) if found else ""
-                break
-        return self
-
-
 def one_run(mode: str, m: Material, messages: int, run: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         argv = ["standalone", "--data-dir", d, "--port", "0", "--web-port", "0", "--bookie-port", "0"]
-        with TlsAwareService(argv + server_args(mode, m), "standalone ready") as svc:
+        with Service(argv + server_args(mode, m), "standalone ready") as svc:
             url = svc.tls_url if "tls" in mode else svc.url
             topic = f"sec-{mode.replace('+', '-')}-{run}"
             common = ["--url", url, *client_args(mode, m)]
