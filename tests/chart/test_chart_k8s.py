@@ -282,7 +282,7 @@ def test_examples_are_valid_custom_resources(release: Release, example: str) -> 
             return None
 
     try:
-        out = wait_for(f"a server-side dry run of {example}", dry_run, timeout=60.0, interval=1.0)
+        out = wait_for(f"a server-side dry run of {example}", dry_run, timeout=60.0, every=1.0)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last error: {errors[-1] if errors else 'none'}") from exc
     assert yaml.safe_load(out)["spec"] == yaml.safe_load(path.read_text())["spec"]
