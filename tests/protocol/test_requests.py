@@ -18,6 +18,7 @@ from magnetar.protocol.errors import (
     MagnetarError,
     RetryableError,
     ServiceNotReady,
+    UnknownError,
     error_from_wire,
 )
 from magnetar.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE, FrameDecoder, encode_frame
@@ -51,9 +52,8 @@ def test_r8_every_error_code_maps_to_its_exception_class() -> None:
     for code in ErrorCode:
         exc = error_from_wire(code.value, "text")
         assert isinstance(exc, MagnetarError)
-        if type(exc) is not MagnetarError:  # codes without a class of their own stay generic
-            assert exc.code == code and str(exc) == "text"
-    assert type(error_from_wire("NoSuchCode", "text")) is MagnetarError
+        assert exc.code == code and str(exc) == "text"  # every code has a class of its own
+    assert type(error_from_wire("NoSuchCode", "text")) is UnknownError
     assert isinstance(error_from_wire("ServiceNotReady", ""), RetryableError)
     assert not isinstance(error_from_wire("InvalidCommand", ""), RetryableError)
     assert issubclass(ServiceNotReady, RetryableError) and not issubclass(InvalidCommand, RetryableError)

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from magnetar.client.auth import AuthProvider
+from magnetar.client.connect_deadline import ConnectFailed
 from magnetar.client.tls import TLS_SCHEMES, handshake_error
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import (
@@ -198,11 +199,11 @@ class Connection:
                 connect_timeout,
             )
         except TimeoutError as exc:
-            raise Timeout(f"connecting to {url} timed out after {connect_timeout}s") from exc
+            raise ConnectFailed(f"connecting to {url} timed out after {connect_timeout}s") from exc
         except ssl.SSLError as exc:
             raise handshake_error(url, exc) from exc
         except OSError as exc:
-            raise NotConnected(f"cannot connect to {url}: {exc}") from exc
+            raise ConnectFailed(f"cannot connect to {url}: {exc}") from exc
         conn = cls(
             normalize_url(url),
             reader,

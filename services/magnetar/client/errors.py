@@ -1,8 +1,10 @@
 """Client-side errors, on top of the protocol's one-class-per-wire-code hierarchy.
 
-Everything a caller can catch is a ``MagnetarError``; errors the broker reports arrive as the
-protocol class for their wire code (``errors.error_from_wire``). The two classes here have no
-wire code because the client raises them itself, before anything is sent, as Pulsar's client does.
+Everything a caller can catch is a ``PulsarException`` (``MagnetarError``); errors the broker
+reports arrive as the protocol class for their wire code (``errors.error_from_wire``). The whole
+hierarchy lives in ``magnetar.protocol.errors``; this module keeps the names the client modules
+import, including the two the client raises itself before anything is sent (``ProducerQueueIsFull``,
+``CumulativeAcknowledgementNotAllowedError``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from magnetar.protocol.errors import (
     AlreadyClosed,
     ChecksumError,
     ConsumerBusy,
+    CumulativeAcknowledgementNotAllowedError,
     InvalidTopicName,
     MagnetarError,
     MessageTooLarge,
@@ -18,6 +21,7 @@ from magnetar.protocol.errors import (
     ProducerBlockedQuotaExceededError,
     ProducerBlockedQuotaExceededException,
     ProducerBusy,
+    ProducerQueueIsFull,
     RetryableError,
     Timeout,
     TopicNotFound,
@@ -42,11 +46,3 @@ __all__ = [
     "TopicNotFound",
     "Unsupported",
 ]
-
-
-class ProducerQueueIsFull(MagnetarError):
-    """``max_pending_messages`` are already in flight and the producer was told not to block."""
-
-
-class CumulativeAcknowledgementNotAllowedError(MagnetarError):
-    """Cumulative acks make no sense when messages are spread over consumers (Shared, Key_Shared)."""

@@ -33,6 +33,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from magnetar.client.connect_deadline import as_connect_error, give_up_at
 from magnetar.protocol.errors import (
     ConsumerBusy,
     MagnetarError,
@@ -91,6 +92,9 @@ class Resolver(Protocol):
     @property
     def operation_timeout(self) -> float: ...
 
+    @property
+    def connect_timeout(self) -> float: ...
+
     def next_id(self) -> int: ...
 
     def new_backoff(self) -> Backoff: ...
@@ -137,7 +141,8 @@ class Attachment:
     async def attach_first(self) -> None:
         """Look the topic up and attach, retrying retryable errors with backoff until the operation timeout."""
         resolver = self._resolver
-        deadline = self._loop.time() + resolver.operation_timeout
+        started = self._loop.time()
+        deadline = started + resolver.operation_timeout
         backoff = resolver.new_backoff()
         while True:
             try:
@@ -146,8 +151,11 @@ class Attachment:
                 return
             except RetryableError as exc:
                 delay = backoff.next()
-                if self._loop.time() + delay >= deadline:
-                    raise
+                if self._loop.time() + delay >= give_up_at(exc, started, deadline, resolver.connect_timeout):
+                    error = as_connect_error(exc)  # connect_deadline.py: ConnectError, as Pulsar's
+                    if error is exc:
+                        raise
+                    raise error from exc
                 log.info("attaching to %s failed (%s); retrying in %.3fs", self.topic, exc, delay)
                 await resolver.sleep(delay)
 

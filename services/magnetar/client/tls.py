@@ -22,15 +22,11 @@ import re
 import ssl
 from dataclasses import dataclass
 
-from magnetar.protocol.errors import MagnetarError
+from magnetar.protocol.errors import ConnectError
 
 __all__ = ["TLS_SCHEMES", "ConnectError", "TlsOptions", "handshake_error"]
 
 TLS_SCHEMES = ("magnetar+ssl://", "pulsar+ssl://")
-
-
-class ConnectError(MagnetarError):
-    """A connection could not be established for a reason retrying will not fix (TLS handshake)."""
 
 
 @dataclass(frozen=True, slots=True)
