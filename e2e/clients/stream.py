@@ -148,7 +148,7 @@ class Stream:
             self.received += 1
             value = int(msg.data().decode())
             mid = msg.message_id()
-            pos = (mid.ledger_id, mid.entry_id, mid.batch_index)
+            pos = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
             seen = self.first_seen.get(value)
             if seen is None:
                 self.first_seen[value] = pos

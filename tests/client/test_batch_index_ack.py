@@ -29,7 +29,7 @@ async def _one_batch(client: aio.Client, topic: str, n: int = 10) -> None:
     producer = await client.create_producer(topic, batching_max_publish_delay_ms=10_000, batching_max_messages=n)
     receipts = [await producer.send_async(b"m%d" % i) for i in range(n)]
     ids = [await r for r in receipts]
-    assert len({(i.ledger_id, i.entry_id) for i in ids}) == 1, "the ten messages must share one entry"
+    assert len({(i.ledger_id(), i.entry_id()) for i in ids}) == 1, "the ten messages must share one entry"
     await producer.close()
 
 
@@ -51,14 +51,14 @@ async def test_one_acked_message_of_a_batch_is_not_redelivered(
         consumer = await client.subscribe(topic, "s", **opts)
         await _one_batch(client, topic)
         first = await _receive_all(consumer)
-        assert [m.message_id().batch_index for m in first] == list(range(10))
+        assert [m.message_id().batch_index() for m in first] == list(range(10))
         await consumer.acknowledge(first[3])
         await consumer.close()  # the ack of index 3 is durable once this returns
 
         consumer = await client.subscribe(topic, "s", **opts)
         again = await _receive_all(consumer)
         assert sorted(m.data() for m in again) == sorted(b"m%d" % i for i in range(10) if i != 3)
-        assert {m.message_id().batch_index for m in again} == set(range(10)) - {3}
+        assert {m.message_id().batch_index() for m in again} == set(range(10)) - {3}
         for m in again:
             await consumer.acknowledge(m)
         await consumer.close()
@@ -89,7 +89,7 @@ async def test_cumulative_ack_inside_a_batch_is_kept_by_index(standalone: Standa
         await consumer.close()
         consumer = await client.subscribe(topic, "s", **opts)
         again = await _receive_all(consumer)
-        assert [m.message_id().batch_index for m in again] == [5, 6, 7, 8, 9]
+        assert [m.message_id().batch_index() for m in again] == [5, 6, 7, 8, 9]
 
 
 @pytest.fixture
@@ -115,4 +115,4 @@ async def test_a_batch_index_ack_survives_a_broker_crash(fixed_port_standalone: 
         # The consumer re-subscribes by itself; the entry comes back without the acked index.
         again = [await consumer.receive(timeout_millis=60_000)]
         again += await _receive_all(consumer)
-        assert sorted(m.message_id().batch_index for m in again) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+        assert sorted(m.message_id().batch_index() for m in again) == [0, 1, 2, 4, 5, 6, 7, 8, 9]

@@ -191,11 +191,11 @@ def test_a_missing_chunk_abandons_the_message() -> None:
 
 
 def test_chunked_message_id_is_the_last_chunk_and_keeps_the_first() -> None:
-    mid = MessageId(5, 9, -1, -1, (5, 3))
-    assert mid == MessageId(5, 9) and str(mid) == "5:9:-1:-1"
+    mid = MessageId(-1, 5, 9, -1).with_first_chunk(5, 3)
+    assert mid == MessageId(-1, 5, 9) and str(mid) == "(5,9,-1,-1)"
     again = MessageId.deserialize(mid.serialize())
     assert again == mid and again.first_chunk == (5, 3)
-    assert MessageId.deserialize(MessageId(5, 9).serialize()).first_chunk is None
+    assert MessageId.deserialize(MessageId(-1, 5, 9).serialize()).first_chunk is None
 
 
 async def test_a_chunked_send_completes_with_the_chunked_id_or_the_first_failure() -> None:
@@ -208,7 +208,7 @@ async def test_a_chunked_send_completes_with_the_chunked_id_or_the_first_failure
     for entry, batch in enumerate(batches):
         batch.resolve(9, 10 + entry, 2)
     mid = await ChunkedSendReceipt(batches[-1], -1)
-    assert (mid, mid.first_chunk, mid.partition) == (MessageId(9, 12, 2), (9, 10), 2)
+    assert (mid, mid.first_chunk, mid.partition()) == (MessageId(2, 9, 12), (9, 10), 2)
     assert outcomes == [(Result.Ok, mid)] and outcomes[0][1].first_chunk == (9, 10)
     # An earlier chunk that failed fails the message, even if the last one was stored.
     batches = make_chunk_batches(chunks, 5, 0.0, loop)
@@ -245,7 +245,7 @@ async def test_50_mib_message_round_trips_exclusive_byte_identical(standalone: S
         assert (msg.properties(), msg.partition_key()) == ({"a": "1"}, "key-1")
         assert msg.message_id() == sent and msg.message_id().first_chunk == sent.first_chunk
         assert sent.first_chunk is not None and sent.first_chunk < sent.position
-        chunks = sent.entry_id - sent.first_chunk[1] + 1
+        chunks = sent.entry_id() - sent.first_chunk[1] + 1
         assert chunks == 50 * MiB // DEFAULT_MAX_MESSAGE_SIZE + 1  # 5 MiB chunks, and the record's few bytes more
         small = await consumer.receive(10_000)
         assert (small.data(), small.message_id()) == (b"small one", after)
@@ -301,7 +301,7 @@ async def test_a_message_that_fits_is_not_chunked_and_non_persistent_topics_neve
         consumer = await client.subscribe(topic, "s", initial_position=InitialPosition.Earliest)
         producer = await client.create_producer(topic, chunking_enabled=True)  # turns batching off
         sent = await producer.send(payload_of(4 * MiB))  # fits: one entry, a plain id
-        assert sent.first_chunk is None and sent.batch_index == -1
+        assert sent.first_chunk is None and sent.batch_index() == -1
         assert (await consumer.receive(10_000)).message_id() == sent
         await producer.close()
         await consumer.close()
@@ -383,7 +383,7 @@ async def test_chunked_id_acks_nacks_and_seeks_as_the_whole_message(standalone: 
         producer = await client.create_producer(topic, chunking_enabled=True)
         sent = await producer.send(data)
         first = await consumer.receive(30_000)
-        consumer.negative_acknowledge(first)  # every chunk comes again, so the whole message does
+        await consumer.negative_acknowledge(first)  # every chunk comes again, so the whole message does
         again = await consumer.receive(30_000)
         assert again.data() == data and again.redelivery_count() == 1
         await consumer.seek(sent)  # a durable seek to a chunked id reads it again from its first chunk

@@ -80,7 +80,7 @@ async def test_batched_entry_is_acked_only_after_all_its_messages(fake_broker):
         consumer = await client.subscribe("c", "s", initial_position=InitialPosition.Earliest)
         await _produce(client, "c", 3)
         msgs = [await consumer.receive(timeout_millis=5000) for _ in range(3)]
-        assert [m.message_id() for m in msgs] == [MessageId(7, 0, -1, i) for i in range(3)]
+        assert [m.message_id() for m in msgs] == [MessageId(-1, 7, 0, i) for i in range(3)]
         await consumer.acknowledge(msgs[0])
         await consumer.acknowledge(msgs[2].message_id())  # by id works too
         await _turn()
@@ -139,7 +139,7 @@ async def test_negative_ack_asks_for_redelivery_of_the_entry(fake_broker):
         await _produce(client, "c", 2)
         first = await consumer.receive(timeout_millis=5000)
         await consumer.receive(timeout_millis=5000)
-        consumer.negative_acknowledge(first)
+        await consumer.negative_acknowledge(first)
         again = await consumer.receive(timeout_millis=5000)
         assert fake_broker.sent("redeliver")[0]["positions"] == [[7, 0]]
         assert again.message_id() == first.message_id()

@@ -49,7 +49,7 @@ async def test_multi_host_service_url_skips_a_dead_broker(broker_factory):
     hosts = ",".join(u.removeprefix("magnetar://") for u in (dead.url, live.url))
     async with aio.Client(f"magnetar://{hosts}") as client:
         producer = await client.create_producer("r")
-        assert (await producer.send(b"x")).entry_id == 0
+        assert (await producer.send(b"x")).entry_id() == 0
         await client.create_producer("r")
     # Both creations were served by the live broker, over one pooled connection.
     assert len(live.sent("connect")) == 1
@@ -73,10 +73,10 @@ async def test_partitioned_producer_routes_keys_by_hash_and_others_round_robin_p
         assert [p.topic for p in producer.partitions] == [f"{TOPIC}-partition-{i}" for i in range(3)]
         keyed = [await producer.send_async(b"k", partition_key="user-1") for _ in range(5)]
         ids = [await r for r in keyed]
-        assert {i.partition for i in ids} == {partition_for_key("user-1", 3)}
+        assert {i.partition() for i in ids} == {partition_for_key("user-1", 3)}
         unkeyed = [await producer.send_async(b"u") for _ in range(15)]
         await producer.flush()
-        per_partition = Counter([(await r).partition for r in unkeyed])
+        per_partition = Counter([(await r).partition() for r in unkeyed])
         assert sorted(per_partition.values()) == [5, 5, 5]  # three full batches, one per partition
 
 
@@ -94,7 +94,7 @@ async def test_partitioned_consumer_merges_every_partition_with_partition_in_ids
         await producer.flush()
         msgs = [await consumer.receive(timeout_millis=5000) for _ in range(6)]
         assert sorted(m.data() for m in msgs) == [b"%d" % i for i in range(6)]
-        assert {m.message_id().partition for m in msgs} == {0, 1}
+        assert {m.message_id().partition() for m in msgs} == {0, 1}
         assert {m.topic_name() for m in msgs} == {f"{TOPIC}-partition-0", f"{TOPIC}-partition-1"}
         for m in msgs:
             await consumer.acknowledge(m)

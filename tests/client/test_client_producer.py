@@ -22,11 +22,11 @@ async def test_batch_is_sent_when_it_reaches_max_messages(fake_broker):
         # Two full batches go out without waiting for the (one minute) delay; five stay open.
         ids = [await r for r in receipts[:20]]
         assert [s["meta"]["n"] for s in fake_broker.sent("send")] == [10, 10]
-        assert ids[:3] == [MessageId(7, 0, -1, 0), MessageId(7, 0, -1, 1), MessageId(7, 0, -1, 2)]
-        assert ids[10] == MessageId(7, 1, -1, 0)
+        assert ids[:3] == [MessageId(-1, 7, 0, 0), MessageId(-1, 7, 0, 1), MessageId(-1, 7, 0, 2)]
+        assert ids[10] == MessageId(-1, 7, 1, 0)
         assert not receipts[20].done()
         await producer.flush()
-        assert (await receipts[24]) == MessageId(7, 2, -1, 4)
+        assert (await receipts[24]) == MessageId(-1, 7, 2, 4)
 
 
 async def test_batch_is_sent_before_it_would_exceed_max_bytes(fake_broker):
@@ -75,7 +75,7 @@ async def test_without_batching_each_message_is_sent_alone_with_batch_index_minu
         sends = fake_broker.sent("send")
         assert len(sends) == 100
         assert all(s["meta"]["b"] is False and s["meta"]["n"] == 1 for s in sends)
-        assert ids[5] == MessageId(7, 5, -1, -1)
+        assert ids[5] == MessageId(-1, 7, 5, -1)
         # The 100 frames queued in one loop iteration left in a handful of socket writes, not 100.
         assert fake_broker.writes_received < 20
 
@@ -86,7 +86,7 @@ async def test_message_larger_than_servers_max_is_refused_before_sending(broker_
         producer = await client.create_producer("p")
         with pytest.raises(MessageTooLarge):
             await producer.send(b"x" * 1001)
-        assert (await producer.send(b"x" * 500)).entry_id == 0
+        assert (await producer.send(b"x" * 500)).entry_id() == 0
         assert len(broker.sent("send")) == 1
 
 
@@ -142,7 +142,7 @@ async def test_blocked_sender_resumes_when_receipts_free_room(fake_broker):
         producer = await client.create_producer("p", max_pending_messages=3, batching_max_messages=3)
         receipts = [await producer.send_async(b"b%d" % i) for i in range(10)]  # waits for room 3 times
         ids = [await r for r in receipts]
-        assert [i.entry_id for i in ids] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]
+        assert [i.entry_id() for i in ids] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]
 
 
 async def test_close_flushes_open_batch(fake_broker):
@@ -150,7 +150,7 @@ async def test_close_flushes_open_batch(fake_broker):
         producer = await client.create_producer("p", batching_max_publish_delay_ms=60_000)
         receipt = await producer.send_async(b"last")
         await producer.close()
-        assert (await receipt) == MessageId(7, 0, -1, 0)
+        assert (await receipt) == MessageId(-1, 7, 0, 0)
         assert fake_broker.sent("close_producer")
 
 
@@ -170,7 +170,7 @@ async def test_a_callback_that_is_not_callable_is_refused_at_the_call(fake_broke
         with pytest.raises(TypeError, match="callable"):
             producer.send_nowait(b"x", callback=42)  # type: ignore[arg-type]
         assert producer.partitions[0].pending == 0
-        assert (await producer.send(b"fine")) == MessageId(7, 0, -1, 0)  # nothing of the refused ones went out
+        assert (await producer.send(b"fine")) == MessageId(-1, 7, 0, 0)  # nothing of the refused ones went out
 
 
 async def test_unencodable_property_fails_only_its_batch(fake_broker):
@@ -180,4 +180,4 @@ async def test_unencodable_property_fails_only_its_batch(fake_broker):
         await producer.flush()
         with pytest.raises(MagnetarError, match="cannot encode"):
             await bad
-        assert (await producer.send(b"fine")).entry_id == 0
+        assert (await producer.send(b"fine")).entry_id() == 0

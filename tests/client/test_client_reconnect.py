@@ -57,7 +57,7 @@ async def test_service_not_ready_on_create_is_retried_with_growing_backoff(fake_
     async with aio.Client(fake_broker.url) as client:
         delays = record_sleeps(client)
         producer = await client.create_producer("rc")
-        assert (await producer.send(b"x")).entry_id == 0
+        assert (await producer.send(b"x")).entry_id() == 0
     assert len(fake_broker.sent("producer")) == 5
     assert len(fake_broker.sent("lookup")) == 5  # looked up again before every attempt
     for delay, base in zip(delays, [0.1, 0.2, 0.4, 0.8], strict=True):
@@ -105,9 +105,9 @@ async def test_producer_resends_unacknowledged_batches_in_order_after_a_drop(fak
     assert registrations[-1]["producer_id"] != registrations[0]["producer_id"]
     assert len(delays) == 2
     # Every message succeeded once, in seq order, on the resent copies (entries 3.. of the log).
-    assert [i.entry_id for i in ids] == [3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
+    assert [i.entry_id() for i in ids] == [3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
     assert [r for r, _ in completions] == [Result.Ok] * 6
-    assert [m.entry_id for _, m in completions] == [3, 3, 4, 4, 5, 5]
+    assert [m.entry_id() for _, m in completions] == [3, 3, 4, 4, 5, 5]
 
 
 async def test_send_timeout_fails_messages_while_the_broker_is_down_and_they_are_not_resent(fake_broker):
@@ -119,7 +119,7 @@ async def test_send_timeout_fails_messages_while_the_broker_is_down_and_they_are
             await receipt
         assert producer.partitions[0].pending == 0
         await fake_broker.restart()
-        assert (await producer.send(b"after")).entry_id == 0
+        assert (await producer.send(b"after")).entry_id() == 0
     sent = [s for s in fake_broker.frames if s["t"] == "send"]
     assert [decode_batch(s["meta"], s["payload"])[0][0] for s in sent] == [b"after"]
 
@@ -133,7 +133,7 @@ async def test_a_message_timed_out_while_connected_is_not_resent_after_a_reconne
             await producer.send(b"slow")
         fake_broker.hold_receipts = False
         fake_broker.drop_connections()
-        assert (await producer.send(b"next")).entry_id == 1
+        assert (await producer.send(b"next")).entry_id() == 1
     assert [s["seq"] for s in fake_broker.sent("send")] == [0, 1]
 
 
@@ -147,7 +147,7 @@ async def test_close_producer_push_moves_the_producer_to_the_new_owner(broker_fa
         a.lookups[TOPIC] = (b.url, True)  # the topic moved: a only knows to ask b
         a.push_close_producer(a.sent("producer")[0]["producer_id"])
         await b.wait_for(lambda: b.sent("producer"))
-        assert (await producer.send(b"on b")).entry_id == 0
+        assert (await producer.send(b"on b")).entry_id() == 0
         assert producer.partitions[0].reconnects == 1
     assert len(a.sent("lookup")) == 2 and len(b.sent("lookup")) == 1
     assert b.sent("producer")[0]["producer_name"] == name
@@ -160,7 +160,7 @@ async def test_retryable_send_error_reattaches_and_resends_instead_of_failing(fa
         record_sleeps(client)
         producer = await client.create_producer("rc", batching_enabled=False)
         msg_id = await producer.send(b"retry me")
-    assert msg_id.entry_id == 0
+    assert msg_id.entry_id() == 0
     first, second = fake_broker.sent("producer")
     assert [s["producer_id"] for s in fake_broker.sent("send")] == [first["producer_id"], second["producer_id"]]
     assert fake_broker.sent("close_producer")[0]["producer_id"] == first["producer_id"]
@@ -176,7 +176,7 @@ async def test_sends_while_disconnected_respect_max_pending(fake_broker):
         with pytest.raises(ProducerQueueIsFull):
             producer.send_nowait(b"q3")
         await fake_broker.restart()
-        assert [(await r).entry_id for r in receipts] == [0, 1]
+        assert [(await r).entry_id() for r in receipts] == [0, 1]
 
 
 async def test_producer_close_does_not_wait_for_a_broker_that_is_gone(fake_broker):
@@ -256,7 +256,7 @@ async def test_consumer_resubscribes_drops_its_queue_and_gets_unacknowledged_ent
         await fake_broker.wait_for(lambda: len(fake_broker.sent("subscribe")) == 2)
         again = [await consumer.receive(timeout_millis=5000) for _ in range(4)]
         # Entries 1..4 come again once each: the three queued copies were dropped, not kept.
-        assert [m.message_id().entry_id for m in again] == [1, 2, 3, 4]
+        assert [m.message_id().entry_id() for m in again] == [1, 2, 3, 4]
         assert again[0].data() == second.data()
         with pytest.raises(Timeout):
             await consumer.receive(timeout_millis=50)
@@ -360,7 +360,7 @@ async def test_silent_broker_is_detected_by_keep_alive_and_the_producer_reconnec
         await fake_broker.wait_for(lambda: fake_broker.sent("ping"))
         await fake_broker.wait_for(lambda: fake_broker.connections_closed >= 1)
         fake_broker.silent = False
-        assert (await producer.send(b"back")).entry_id == 0
+        assert (await producer.send(b"back")).entry_id() == 0
         assert producer.partitions[0].reconnects == 1
 
 
@@ -372,13 +372,13 @@ def test_blocking_producer_keeps_sending_across_a_dropped_connection(threaded_br
     client = magnetar.Client(broker.url, initial_backoff_interval_ms=5, max_backoff_interval_ms=20)
     try:
         producer = client.create_producer("rc", batching_enabled=False)
-        assert producer.send(b"before").entry_id == 0
+        assert producer.send(b"before").entry_id() == 0
 
         async def drop() -> None:
             broker.drop_connections()
 
         threaded_broker.call(drop())
-        assert producer.send(b"after").entry_id == 1
+        assert producer.send(b"after").entry_id() == 1
         assert len(broker.sent("producer")) == 2
     finally:
         client.close()

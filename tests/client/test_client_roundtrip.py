@@ -16,7 +16,7 @@ async def test_send_then_receive_roundtrip_with_properties_and_keys(fake_broker)
         consumer = await client.subscribe("t1", "sub", initial_position=InitialPosition.Earliest)
         producer = await client.create_producer("t1")
         mid = await producer.send(b"hello", properties={"a": "1"}, partition_key="k", event_timestamp=1234)
-        assert mid == MessageId(7, 0, -1, 0)
+        assert mid == MessageId(-1, 7, 0, 0)
         msg = await consumer.receive(timeout_millis=5000)
         assert msg.data() == b"hello"
         assert msg.value() == b"hello"

@@ -57,8 +57,8 @@ async def test_receipts_share_the_batch_future_and_carry_batch_index():
     receipts = [SendReceipt(b, i) for i in range(3)]
     assert not receipts[0].done()
     b.resolve(5, 9, 2, batched=True)
-    assert [await r for r in receipts] == [MessageId(5, 9, 2, i) for i in range(3)]
-    assert receipts[1].result() == MessageId(5, 9, 2, 1)
+    assert [await r for r in receipts] == [MessageId(2, 5, 9, i) for i in range(3)]
+    assert receipts[1].result() == MessageId(2, 5, 9, 1)
 
 
 async def test_batch_callbacks_get_ok_and_ids_or_the_error():
@@ -67,7 +67,7 @@ async def test_batch_callbacks_get_ok_and_ids_or_the_error():
     ok.add_callback(0, lambda r, m: calls.append((r, m)))
     ok.add_callback(1, lambda r, m: calls.append((r, m)))
     ok.resolve(1, 2, -1, batched=False)
-    assert calls == [(Result.Ok, MessageId(1, 2, -1, -1)), (Result.Ok, MessageId(1, 2, -1, -1))]
+    assert calls == [(Result.Ok, MessageId(-1, 1, 2, -1)), (Result.Ok, MessageId(-1, 1, 2, -1))]
     failed = await _batch()
     calls.clear()
     failed.add_callback(0, lambda r, m: calls.append((r, m)))
@@ -365,7 +365,7 @@ def test_letter_properties_keep_the_first_origin_through_retries():
 
     first = Message([b"x", {"a": "1"}, None, 0, 0], EntryInfo((5, 6), 1, 0, 0, Owner(), False), -1)  # type: ignore[arg-type]
     props = letter_properties(first)
-    assert props == {"a": "1", REAL_TOPIC: "persistent://public/default/orders", ORIGIN_MESSAGE_ID: "5:6:-1:-1"}
+    assert props == {"a": "1", REAL_TOPIC: "persistent://public/default/orders", ORIGIN_MESSAGE_ID: "(5,6,-1,-1)"}
 
     class RetryOwner:
         topic = "persistent://public/default/orders-s-RETRY"
@@ -414,7 +414,7 @@ async def test_subscribe_carries_priority_key_shared_policy_and_reader_start():
     assert (cmd["key_ranges"], cmd["allow_out_of_order"]) == ([[0, 99], [200, 299]], True)
     assert "durable" not in cmd and "start_message_id" not in cmd
     # A reader starting inside a batch asks for the whole entry and drops the earlier indexes itself.
-    reader = part(ConsumerConfig("r"), durable=False, start_message_id=MessageId(3, 4, -1, 5))
+    reader = part(ConsumerConfig("r"), durable=False, start_message_id=MessageId(-1, 3, 4, 5))
     cmd = reader._subscribe_cmd(10)
     assert (cmd["durable"], cmd["start_message_id"], cmd["start_inclusive"]) == (False, [3, 4, -1], True)
     assert reader._skipped_indexes((3, 4), 10, True) == {0, 1, 2, 3, 4, 5}

@@ -42,7 +42,7 @@ async def test_negative_ack_redelivers_after_the_delay_not_before(standalone: St
         second = await consumer.receive(timeout_millis=5000)
         assert (first.redelivery_count(), second.redelivery_count()) == (0, 0)
         nacked_at = time.monotonic()
-        consumer.negative_acknowledge(first)
+        await consumer.negative_acknowledge(first)
         await consumer.acknowledge(second)
         again = await consumer.receive(timeout_millis=5000)
         assert time.monotonic() - nacked_at >= 0.8
@@ -68,7 +68,7 @@ async def test_negative_ack_backoff_grows_with_each_redelivery(standalone: Stand
         for attempt in range(3):
             assert msg.redelivery_count() == attempt
             nacked_at = time.monotonic()
-            consumer.negative_acknowledge(msg)
+            await consumer.negative_acknowledge(msg)
             msg = await consumer.receive(timeout_millis=5000)
             # 150 ms, then 300, then 600: the delay for the count the message had when nacked.
             assert time.monotonic() - nacked_at >= backoff.next(attempt) / 1000
@@ -88,7 +88,7 @@ async def test_negative_acks_of_one_moment_leave_in_one_redeliver(standalone: St
         await _produce(client, topic, [b"%d" % i for i in range(5)])
         msgs = [await consumer.receive(timeout_millis=5000) for _ in range(5)]
         for m in msgs:
-            consumer.negative_acknowledge(m)
+            await consumer.negative_acknowledge(m)
         part = consumer.partitions[0]
         assert len(part.nacks) == 5  # held back, none redelivered yet
         again = sorted([(await consumer.receive(timeout_millis=5000)).data() for _ in range(5)])
@@ -135,7 +135,7 @@ async def test_redelivery_count_counts_every_redelivery(standalone: StandalonePr
         for _ in range(4):
             msg = await consumer.receive(timeout_millis=5000)
             counts.append(msg.redelivery_count())
-            consumer.negative_acknowledge(msg)
+            await consumer.negative_acknowledge(msg)
         consumer.redeliver_unacknowledged_messages()
         last = await consumer.receive(timeout_millis=5000)
         assert counts == [0, 1, 2, 3]

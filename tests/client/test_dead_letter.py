@@ -62,7 +62,7 @@ async def test_a_message_past_max_redeliver_count_goes_to_the_dlq_once(
                 break
             seen[msg.data()] += 1
             counts.setdefault(msg.data(), []).append(msg.redelivery_count())
-            consumer.negative_acknowledge(msg)
+            await consumer.negative_acknowledge(msg)
         assert seen == {b"m0": 3, b"m1": 3, b"m2": 3}
         assert all(c == [0, 1, 2] for c in counts.values()), counts
         # The initial subscription was created before the first letter: it has all of them.
@@ -109,7 +109,7 @@ async def test_a_letter_already_in_the_dlq_is_not_published_twice(standalone: St
                 msg = await consumer.receive(timeout_millis=1500)
             except Timeout:
                 break
-            consumer.negative_acknowledge(msg)
+            await consumer.negative_acknowledge(msg)
         letters = await _drain(audit)
         assert Counter(m.data() for m in letters) == {b"crashed": 1, b"fresh": 1}
         origins = {m.properties()[ORIGIN_MESSAGE_ID] for m in letters}

@@ -74,7 +74,7 @@ def test_a_delayed_message_is_not_received_on_a_shared_subscription_before_its_t
     assert set(got) == {b"before", b"delayed", b"after"}
     assert got[b"delayed"] >= not_before, "a delayed message was delivered before its time"
     # Alone in its entry, not batched: batch index -1, as Pulsar's ids of unbatched messages.
-    assert delayed_id.batch_index == -1
+    assert delayed_id.batch_index() == -1
 
 
 def test_a_delayed_message_goes_alone_in_its_entry_with_dt_and_keeps_send_order(
@@ -98,7 +98,7 @@ def test_a_delayed_message_goes_alone_in_its_entry_with_dt_and_keeps_send_order(
     assert (delayed["meta"]["n"], delayed["meta"]["b"], delayed["meta"]["k"]) == (1, False, "pk")
     assert [r[0] for r in decode_batch(delayed["meta"], delayed["payload"])] == [b"late"]
     assert [r[0] for r in decode_batch(last["meta"], last["payload"])] == [b"c"]
-    assert sent[2][1].batch_index == -1 and sent[3][1].batch_index == 0
+    assert sent[2][1].batch_index() == -1 and sent[3][1].batch_index() == 0
 
 
 def test_delivery_options_of_the_wrong_type_are_refused_with_value_error(
@@ -110,7 +110,7 @@ def test_delivery_options_of_the_wrong_type_are_refused_with_value_error(
             producer.send(b"x", deliver_after=1500)
         with pytest.raises(ValueError, match="deliver_at"):
             producer.send(b"x", deliver_at=timedelta(seconds=1))
-        assert producer.send(b"fine").entry_id >= 0  # nothing was reserved or queued by the refusals
+        assert producer.send(b"fine").entry_id() >= 0  # nothing was reserved or queued by the refusals
 
 
 # ---------------------------------------------------------------------------------------------- keys

@@ -201,7 +201,7 @@ def test_a_reader_reads_every_partition_of_a_partitioned_topic(standalone: Stand
         reader = client.create_reader(topic, Earliest)
         messages = [reader.read_next(10_000) for _ in range(30)]
         assert sorted(m.data() for m in messages) == sorted(sent)
-        assert {m.message_id().partition for m in messages} == {0, 1, 2}
+        assert {m.message_id().partition() for m in messages} == {0, 1, 2}
         assert {m.topic_name() for m in messages} == {f"{topic}-partition-{i}" for i in range(3)}
         assert not reader.has_message_available()
 
@@ -215,7 +215,7 @@ def test_a_partitioned_reader_from_an_id_starts_its_partition_there_and_the_othe
     with magnetar.Client(standalone.service_url) as client:
         producer = client.create_producer(topic, batching_enabled=False)
         ids = {key: [producer.send(f"{key}:{i}".encode(), partition_key=key) for i in range(3)] for key in (a, c)}
-        assert ids[a][0].partition != ids[c][0].partition
+        assert ids[a][0].partition() != ids[c][0].partition()
         reader = client.create_reader(topic, ids[a][0])
         assert read_all(reader, 2) == [b"a:1", b"a:2"]
         assert not reader.has_message_available()  # c's partition started at its end

@@ -376,7 +376,7 @@ class QueueWorkload:
             op.status, op.error = UNKNOWN, repr(exc)
         else:
             op.status = OK
-            op.pos = position(msg_id.ledger_id, msg_id.entry_id, msg_id.batch_index)
+            op.pos = position(msg_id.ledger_id(), msg_id.entry_id(), msg_id.batch_index())
             op.via = _via(producer)
             self._ok_changed.set()
         op.t_complete = self.clock()
@@ -417,12 +417,12 @@ class QueueWorkload:
                 consumer = None
                 continue
             mid = msg.message_id()
-            pos = position(mid.ledger_id, mid.entry_id, mid.batch_index)
+            pos = position(mid.ledger_id(), mid.entry_id(), mid.batch_index())
             value = msg.data().decode(errors="replace")
             redeliveries = msg.redelivery_count()
             self.live_reads.append(Read(value, pos, self.clock(), int(time.time() * 1000), redeliveries))
             if self.nack_every and redeliveries == 0 and self._nacked(value):
-                consumer.negative_acknowledge(msg)
+                await consumer.negative_acknowledge(msg)
                 self.nacks += 1
                 continue
             with contextlib.suppress(MagnetarError):
@@ -478,7 +478,7 @@ class QueueWorkload:
                     continue
                 mid = msg.message_id()
                 value = msg.data().decode(errors="replace")
-                reads.append(Read(value, position(mid.ledger_id, mid.entry_id, mid.batch_index), self.clock()))
+                reads.append(Read(value, position(mid.ledger_id(), mid.entry_id(), mid.batch_index()), self.clock()))
                 seen.add(value)
                 last = self.clock()
             self.event(f"drain: {len(reads)} reads in {self.clock() - start:.1f}s")

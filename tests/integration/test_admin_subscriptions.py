@@ -163,7 +163,7 @@ def test_peek_returns_a_chunk_of_a_chunked_message_raw(standalone: StandalonePro
     assert first[0] == 200 and len(first[2]) > 1024 * 1024
     assert first[1]["x-pulsar-message-id"] == "{}:{}".format(*msg_id.first_chunk)
     last = peek(standalone.admin_url, sub_path(topic, "s") + "/position/2")
-    assert last[0] == 200 and last[1]["x-pulsar-message-id"] == f"{msg_id.ledger_id}:{msg_id.entry_id}"
+    assert last[0] == 200 and last[1]["x-pulsar-message-id"] == f"{msg_id.ledger_id()}:{msg_id.entry_id()}"
     assert peek(standalone.admin_url, sub_path(topic, "s") + "/position/3")[0] == 404
 
 

@@ -146,7 +146,7 @@ def test_batches_of_many_keys_compact_message_by_message(
     assert len(got) == len(expected) == 270
     assert as_dict(got) == expected
     # Batched survivors keep their batch index, and a consumer acknowledges them by those ids.
-    assert any(m.message_id().batch_index > 0 for m in got)
+    assert any(m.message_id().batch_index() > 0 for m in got)
     consumer = client.subscribe(
         topic, "sub", initial_position=InitialPosition.Earliest, is_read_compacted=True, receiver_queue_size=50
     )

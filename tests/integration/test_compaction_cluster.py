@@ -87,7 +87,7 @@ def _read(client: magnetar.Client, topic: str, *, compacted: bool) -> list[magne
 
 
 def _id(m: Any) -> tuple[int, int, int]:
-    return (m.ledger_id, m.entry_id, m.batch_index)
+    return (m.ledger_id(), m.entry_id(), m.batch_index())
 
 
 def test_compaction_forwarded_to_the_owner_survives_an_owner_kill9(cluster: LocalCluster, topic: str) -> None:

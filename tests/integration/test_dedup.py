@@ -100,14 +100,14 @@ def test_a_resend_after_the_producer_is_created_again_is_not_stored(standalone: 
         client.subscribe(topic, "all", initial_position=magnetar.InitialPosition.Earliest).close()
         producer = client.create_producer(topic, producer_name="orders", batching_enabled=False)
         first = [producer.send(b"m%d" % i) for i in range(10)]
-        assert all(m.ledger_id >= 0 for m in first)
+        assert all(m.ledger_id() >= 0 for m in first)
         producer.close()
 
         again = client.create_producer(topic, producer_name="orders", batching_enabled=False)
         assert again.last_sequence_id() == 9  # the broker's answer, not the client's memory
         resent = [again.send(b"m%d" % i, sequence_id=i) for i in range(5, 10)]
-        assert [(m.ledger_id, m.entry_id) for m in resent] == [(-1, -1)] * 5  # Pulsar's id of a duplicate
-        assert again.send(b"m10").ledger_id >= 0  # the next id goes on from 10
+        assert [(m.ledger_id(), m.entry_id()) for m in resent] == [(-1, -1)] * 5  # Pulsar's id of a duplicate
+        assert again.send(b"m10").ledger_id() >= 0  # the next id goes on from 10
         stats = _stats(standalone, topic)
         assert stats["deduplicationStatus"] == "Enabled"
         assert stats["msgInCounter"] == 11
@@ -135,8 +135,8 @@ def test_a_batched_resend_with_custom_sequence_ids_is_not_stored(standalone: Sta
         again.flush()
         # 110..118 travel in one batch with 120: a batch is judged by its first id, as in Pulsar,
         # so the whole batch is a duplicate (120 included); a batch starting at 120 would be stored.
-        assert len(receipts) == 6 and all(m.ledger_id == -1 for m in receipts)
-        assert again.send(b"v122", sequence_id=122).ledger_id >= 0
+        assert len(receipts) == 6 and all(m.ledger_id() == -1 for m in receipts)
+        assert again.send(b"v122", sequence_id=122).ledger_id() >= 0
         values = _read_all(client, topic, "all")
         assert values == [b"v%d" % i for i in range(100, 120, 2)] + [b"v122"]
     finally:
@@ -165,17 +165,17 @@ def test_deduplication_turns_on_and_off_on_a_live_topic(standalone: StandalonePr
         producer = client.create_producer(topic, producer_name="live", batching_enabled=False)
         producer.send(b"a", sequence_id=0)
         assert _stats(standalone, topic)["deduplicationStatus"] == "Disabled"
-        assert producer.send(b"a-again", sequence_id=0).ledger_id >= 0  # off: stored twice
+        assert producer.send(b"a-again", sequence_id=0).ledger_id() >= 0  # off: stored twice
 
         assert call(standalone, "POST", policy, True)[0] == 204
         assert call(standalone, "GET", policy) == (200, True)
         _wait_status(standalone, topic, "Enabled")
         producer.send(b"b", sequence_id=1)
-        assert producer.send(b"b-again", sequence_id=1).ledger_id == -1  # on: not stored
+        assert producer.send(b"b-again", sequence_id=1).ledger_id() == -1  # on: not stored
 
         assert call(standalone, "POST", policy, False)[0] == 204
         _wait_status(standalone, topic, "Disabled")
-        assert producer.send(b"b-third", sequence_id=1).ledger_id >= 0  # off again: stored
+        assert producer.send(b"b-third", sequence_id=1).ledger_id() >= 0  # off again: stored
         assert _read_all(client, topic, "all") == [b"a", b"a-again", b"b", b"b-third"]
         status, ns = call(standalone, "GET", "/admin/v2/namespaces/public/default")
         assert status == 200 and "deduplicationEnabled" not in ns["unenforced"]
@@ -228,7 +228,7 @@ def test_kill9_then_a_resend_of_the_same_ids_stores_no_duplicate(tmp_path: Path)
             again = client.create_producer(topic, producer_name="crash", batching_enabled=False)
             assert again.last_sequence_id() == 24
             ids = [again.send(b"c%d" % i, sequence_id=i) for i in range(15, 25)]
-            assert all(m.ledger_id == -1 for m in ids)
+            assert all(m.ledger_id() == -1 for m in ids)
             assert _read_all(client, topic, "verify") == [b"c%d" % i for i in range(25)]
             log = sa.log_path.read_text(errors="replace")
             pattern = r"deduplication of \S+ enabled: 1 producers from the snapshot at \S+, (\d+) entries"
@@ -314,12 +314,12 @@ def test_owner_kill9_mid_stream_then_a_resend_through_the_new_owner(cluster: Loc
         producer.flush()
         assert victim is not None and len(acked) == total
         producer.close()
-        deduplicated_in_stream = sum(1 for m in acked.values() if m.ledger_id == -1)
+        deduplicated_in_stream = sum(1 for m in acked.values() if m.ledger_id() == -1)
 
         again = client.create_producer(topic, producer_name="stream", batching_enabled=False)
         assert again.last_sequence_id() == total - 1
         for i in range(total - 20, total):  # the tail again, through the new owner
-            assert again.send(b"s%d" % i, sequence_id=i).ledger_id == -1
+            assert again.send(b"s%d" % i, sequence_id=i).ledger_id() == -1
         again.close()
         victim.start()
 
@@ -371,7 +371,7 @@ def _produce_and_ack(
             consumer.acknowledge(msg)
     finally:
         consumer.close()
-    last = f"{ids[-1].ledger_id}:{ids[-1].entry_id}"
+    last = f"{ids[-1].ledger_id()}:{ids[-1].entry_id()}"
     _poll(f"the acknowledgements on {topic}", lambda: _mark_delete(sa, topic, "acked") == last)
     return ids
 
@@ -412,16 +412,16 @@ def test_deduplication_holds_back_trimming_until_its_next_snapshot(tmp_path: Pat
         assert _stats(sa, control)["deduplicationStatus"] == "Disabled"
         ids = _produce_and_ack(sa, client, topic, [(producer, b"d%d" % i) for i in range(35)])
         ctl = _produce_and_ack(sa, client, control, [(plain, b"c%d" % i) for i in range(35)])
-        written = sorted({m.ledger_id for m in ids})
+        written = sorted({m.ledger_id() for m in ids})
         assert len(written) == 4  # 10 + 10 + 10 + 5 entries
         # The control topic trims its three consumed ledgers (after the acks, at roll-over and on
         # the retention check every 0.2 s) ...
-        ctl_full = sorted({m.ledger_id for m in ctl})[:3]
+        ctl_full = sorted({m.ledger_id() for m in ctl})[:3]
         _poll("the control topic's trimming", lambda: not set(ctl_full) & set(_ledgers(sa, control)))
         # ... the deduplicated one, acknowledged earlier, keeps every ledger after its snapshot.
         assert set(written) <= set(_ledgers(sa, topic)), "ledgers after the snapshot were trimmed"
         assert _snapshot(sa, topic) == first
-        assert tuple(first["position"]) < (ids[0].ledger_id, ids[0].entry_id)
+        assert tuple(first["position"]) < (ids[0].ledger_id(), ids[0].entry_id())
         client.close()
 
         # 2. Unloading the topic (the graceful stop unloads every topic) takes a snapshot at the
@@ -429,7 +429,7 @@ def test_deduplication_holds_back_trimming_until_its_next_snapshot(tmp_path: Pat
         sa.stop()
         snap = _snapshot(sa, topic)
         assert snap is not None
-        assert snap == {"position": [ids[-1].ledger_id, ids[-1].entry_id], "producers": {"keep": 34}}
+        assert snap == {"position": [ids[-1].ledger_id(), ids[-1].entry_id()], "producers": {"keep": 34}}
         sa.start()
         client = magnetar.Client(sa.service_url)
         producer = client.create_producer(topic, producer_name="keep", batching_enabled=False)
@@ -441,11 +441,11 @@ def test_deduplication_holds_back_trimming_until_its_next_snapshot(tmp_path: Pat
         filler = client.create_producer(topic, producer_name="filler", batching_enabled=False)
         sends = [(producer, b"d%d" % i) for i in range(35, 55)] + [(filler, b"f%d" % i) for i in range(5)]
         ids = _produce_and_ack(sa, client, topic, sends)
-        kept = sorted({m.ledger_id for m in ids[:20]})
-        assert len(kept) == 2 and ids[20].ledger_id > kept[-1]
+        kept = sorted({m.ledger_id() for m in ids[:20]})
+        assert len(kept) == 2 and ids[20].ledger_id() > kept[-1]
         plain = client.create_producer(control, producer_name="keep", batching_enabled=False)
         ctl = _produce_and_ack(sa, client, control, [(plain, b"c%d" % i) for i in range(35, 60)])
-        ctl_full = sorted({m.ledger_id for m in ctl})[:2]
+        ctl_full = sorted({m.ledger_id() for m in ctl})[:2]
         _poll("the control topic's trimming", lambda: not set(ctl_full) & set(_ledgers(sa, control)))
         assert set(kept) <= set(_ledgers(sa, topic)), "ledgers after the snapshot were trimmed"
         assert _snapshot(sa, topic) == snap
@@ -460,8 +460,8 @@ def test_deduplication_holds_back_trimming_until_its_next_snapshot(tmp_path: Pat
             again = client.create_producer(topic, producer_name="keep", batching_enabled=False)
             assert again.last_sequence_id() == 54
             resent = [again.send(b"d%d" % i, sequence_id=i) for i in range(45, 55)]
-            assert [(m.ledger_id, m.entry_id) for m in resent] == [(-1, -1)] * 10
-            assert again.send(b"d55", sequence_id=55).ledger_id >= 0
+            assert [(m.ledger_id(), m.entry_id()) for m in resent] == [(-1, -1)] * 10
+            assert again.send(b"d55", sequence_id=55).ledger_id() >= 0
             assert _stats(sa, topic)["msgInCounter"] == 1  # only d55 was stored since the restart
             consumer = client.subscribe(topic, "acked")
             assert consumer.receive(timeout_millis=10_000).data() == b"d55"  # not a resent one first

@@ -68,14 +68,14 @@ def test_receipts_are_0_0_and_only_connected_consumers_get_messages(standalone: 
         early = client.subscribe(topic, "early")
         producer = client.create_producer(topic, batching_enabled=False)
         ids = [producer.send(f"m{i}".encode()) for i in range(3)]
-        assert {(m.ledger_id, m.entry_id) for m in ids} == {(0, 0)}  # Pulsar's id for every such send
+        assert {(m.ledger_id(), m.entry_id()) for m in ids} == {(0, 0)}  # Pulsar's id for every such send
         assert [early.receive(RECEIVE_MS).data() for _ in range(3)] == [b"m0", b"m1", b"m2"]
         late = client.subscribe(topic, "late", initial_position=magnetar.InitialPosition.Earliest)
         producer.send(b"m3")
         assert early.receive(RECEIVE_MS).data() == b"m3"
         got = late.receive(RECEIVE_MS)
         assert got.data() == b"m3"  # not m0..m2: they went to who was there when they came
-        assert (got.message_id().ledger_id, got.message_id().entry_id) == (0, 0)
+        assert (got.message_id().ledger_id(), got.message_id().entry_id()) == (0, 0)
         late.acknowledge(got)  # accepted (and ignored)
         with pytest.raises(magnetar.Timeout):
             late.receive(300)

@@ -55,9 +55,9 @@ async def _produce(url: str, topic: str, n: int, first: int) -> list[Id]:
         for i in range(first, first + n):
             receipts.append(await producer.send_async(b"%d" % i))
             if len(receipts) >= 20_000:
-                ids.extend((m.ledger_id, m.entry_id, m.batch_index) for m in await asyncio.gather(*receipts))
+                ids.extend((m.ledger_id(), m.entry_id(), m.batch_index()) for m in await asyncio.gather(*receipts))
                 receipts.clear()
-        ids.extend((m.ledger_id, m.entry_id, m.batch_index) for m in await asyncio.gather(*receipts))
+        ids.extend((m.ledger_id(), m.entry_id(), m.batch_index()) for m in await asyncio.gather(*receipts))
         await producer.close()
     return ids
 

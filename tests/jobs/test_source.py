@@ -85,7 +85,7 @@ async def _produce(
             details.append((payload, key, props, event_time))
         for fut, d in zip(futures, details, strict=True):
             mid = await fut
-            sent.messages[(mid.ledger_id, mid.entry_id, mid.batch_index)] = d
+            sent.messages[(mid.ledger_id(), mid.entry_id(), mid.batch_index())] = d
         await producer.close()
     return sent
 
@@ -232,7 +232,7 @@ def test_a_running_producer_is_read_up_to_what_was_acknowledged(
                 i += 50
                 for mid in await asyncio.gather(*window):
                     with lock:
-                        acked.append((mid.ledger_id, mid.entry_id, mid.batch_index))
+                        acked.append((mid.ledger_id(), mid.entry_id(), mid.batch_index()))
             await producer.close()
 
     thread = threading.Thread(target=lambda: asyncio.run(keep_producing()), daemon=True)

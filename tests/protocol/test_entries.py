@@ -32,7 +32,7 @@ def test_r29_meta_has_the_documented_keys_and_payload_is_a_list_of_records(compr
     assert list(meta) == ["pn", "seq", "n", "crc", "comp", "usize", "pt", "b"]
     # The optional keys: a Key_Shared routing key, a delayed message's deliver-at time, the highest
     # sequence id (R40a), the chunk keys (R41a) and a compacted copy's removed indexes (R46c).
-    optional = {"k", "dt", "hs", "uuid", "cid", "cn", "ts", "cx"}
+    optional = {"k", "dt", "hs", "uuid", "cid", "cn", "ts", "cx", "ek", "ep", "ea"}
     assert set(meta) | optional == set(EntryMeta.__annotations__)
     keyed, _ = encode_batch(records, producer_name="p", first_sequence_id=5, key="key", deliver_at=123)
     assert (keyed["k"], keyed["dt"]) == ("key", 123)
@@ -96,9 +96,10 @@ def test_r31_the_consumer_checks_the_crc_before_decoding() -> None:
 
 
 def test_r32_message_id_text_form() -> None:
-    mid = MessageId(12, 34, -1, -1)
-    assert str(mid) == "12:34:-1:-1" and MessageId.parse("12:34:-1:-1") == mid
-    assert MessageId.parse(str(MessageId(1, 2, 3, 4))) == MessageId(1, 2, 3, 4)
+    mid = MessageId(-1, 12, 34, -1)
+    assert str(mid) == "(12,34,-1,-1)" and mid.serialize() == b"12:34:-1:-1"  # Pulsar's str(); R32's form
+    assert MessageId.parse("12:34:-1:-1") == mid and MessageId.parse(str(mid)) == mid
+    assert MessageId.parse(str(MessageId(3, 1, 2, 4))) == MessageId(3, 1, 2, 4)
     with pytest.raises(ValueError):
         MessageId.parse("12:34")
 
@@ -111,8 +112,8 @@ def test_r32_partition_and_batch_are_minus_one_unless_partitioned_and_batched(
     client = magnetar.Client(standalone.service_url)
     try:
         single = client.create_producer(topic, batching_enabled=False).send(b"alone")
-        assert (single.partition, single.batch_index) == (-1, -1)
-        assert str(single) == f"{single.ledger_id}:{single.entry_id}:-1:-1"
+        assert (single.partition(), single.batch_index()) == (-1, -1)
+        assert single.serialize() == f"{single.ledger_id()}:{single.entry_id()}:-1:-1".encode()
         batched = client.create_producer(topic, batching_max_publish_delay_ms=60_000)
         ids: list[MessageId] = []
         done = threading.Event()
@@ -127,9 +128,9 @@ def test_r32_partition_and_batch_are_minus_one_unless_partitioned_and_batched(
         batched.send_async(b"second", sent)
         batched.flush()
         assert done.wait(10)
-        assert sorted((m.partition, m.batch_index) for m in ids) == [(-1, 0), (-1, 1)]
+        assert sorted((m.partition(), m.batch_index()) for m in ids) == [(-1, 0), (-1, 1)]
         assert len({m.position for m in ids}) == 1  # one entry
         on_partition = client.create_producer(partitioned, batching_enabled=False).send(b"p")
-        assert on_partition.partition in (0, 1) and on_partition.batch_index == -1
+        assert on_partition.partition() in (0, 1) and on_partition.batch_index() == -1
     finally:
         client.close()

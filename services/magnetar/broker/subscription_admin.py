@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.managed_ledger.search import first_reaching
 from magnetar.protocol.batch import decode_batch
-from magnetar.protocol.entry import EntryMeta, decode_entry
+from magnetar.protocol.entry import META_ENCRYPTION_KEYS, EntryMeta, decode_entry
 from magnetar.protocol.errors import InvalidCommand, NotFound
 
 if TYPE_CHECKING:
@@ -189,6 +189,7 @@ class PeekedMessage:
     partition_key: str | None
     event_time: int
     sequence_id: int
+    null_value: bool = False  # sent as ``producer.send(None)`` (WIRE.md R98); ``payload`` is then b""
 
 
 async def peek(sub: Subscription, n: int) -> PeekedMessage:
@@ -222,6 +223,11 @@ async def _message_of(ml: ManagedLedger, pos: Position, k: int, done: frozenset[
             raise NotFound("Message not found")
         key = meta.get("k")
         return PeekedMessage(pos, -1, meta, bytes(payload), {}, key, 0, int(meta.get("seq", 0)))
+    if META_ENCRYPTION_KEYS in meta:
+        # End-to-end encrypted (WIRE.md R116): the broker cannot split or read it; the whole entry
+        # is peeked as one message, still encrypted, as Pulsar peeks an encrypted batch.
+        key = meta.get("k")
+        return PeekedMessage(pos, -1, meta, bytes(payload), {}, key, 0, int(meta.get("seq", 0)))
     records = decode_batch(meta, payload)
     live = [i for i in range(len(records)) if i not in done]
     if k > len(live):
@@ -232,9 +238,10 @@ async def _message_of(ml: ManagedLedger, pos: Position, k: int, done: frozenset[
         pos,
         index if meta.get("b", True) else -1,
         meta,
-        bytes(body),
+        bytes(body) if body is not None else b"",
         {str(key): str(value) for key, value in (properties or {}).items()},
         partition_key,
         int(event_time or 0),
         int(sequence_id),
+        body is None,
     )

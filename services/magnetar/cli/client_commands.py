@@ -60,7 +60,9 @@ async def _consume(args: argparse.Namespace) -> int:
                     text = msg.data().decode()
                 except UnicodeDecodeError:
                     text = repr(msg.data())
-                print(f"[{msg.message_id()}]{key}{props} {text}", flush=True)
+                mid = msg.message_id()  # ledger:entry:partition:batch, the form ``magnetar-admin`` takes
+                where = f"{mid.ledger_id()}:{mid.entry_id()}:{mid.partition()}:{mid.batch_index()}"
+                print(f"[{where}]{key}{props} {text}", flush=True)
                 await consumer.acknowledge(msg)
         except MagnetarError as exc:  # Timeout: no more messages within --timeout
             print(f"stopped after {received} messages: {exc}")

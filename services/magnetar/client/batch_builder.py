@@ -143,7 +143,7 @@ class Batch:
         if self.callbacks:
             batched = self.batched
             for index, callback in self.callbacks:
-                _call(callback, Result.Ok, MessageId(ledger, entry, partition, index if batched else -1))
+                _call(callback, Result.Ok, MessageId(partition, ledger, entry, index if batched else -1))
 
     def fail(self, exc: MagnetarError) -> None:
         fut = self.future
@@ -189,12 +189,12 @@ class SendReceipt:
 
     def __await__(self) -> Generator[Any, None, MessageId]:
         ledger, entry, partition = yield from self._batch.future.__await__()
-        return MessageId(ledger, entry, partition, self._index)
+        return MessageId(partition, ledger, entry, self._index)
 
     def result(self) -> MessageId:
         """The message id, once ``done()``; raises the send's error if it failed."""
         ledger, entry, partition = self._batch.future.result()
-        return MessageId(ledger, entry, partition, self._index)
+        return MessageId(partition, ledger, entry, self._index)
 
 
 class KeyedBatches:

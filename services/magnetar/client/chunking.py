@@ -141,7 +141,7 @@ class ChunkBatch(Batch):
         if not self.future.done():
             self.future.set_result((ledger, entry, partition))
         if self.callbacks:
-            mid = MessageId(ledger, entry, partition, -1, self.first_position() or (ledger, entry))
+            mid = MessageId(partition, ledger, entry, -1).with_first_chunk(*(self.first_position() or (ledger, entry)))
             for _, callback in self.callbacks:
                 _call(callback, Result.Ok, mid)
 
@@ -163,7 +163,7 @@ class ChunkedSendReceipt(SendReceipt):
     def _chunked_id(self, ledger: int, entry: int, partition: int) -> MessageId:
         batch = self._batch
         assert isinstance(batch, ChunkBatch)
-        return MessageId(ledger, entry, partition, -1, batch.first_position() or (ledger, entry))
+        return MessageId(partition, ledger, entry, -1).with_first_chunk(*(batch.first_position() or (ledger, entry)))
 
     def __await__(self) -> Generator[Any, None, MessageId]:
         ledger, entry, partition = yield from self._batch.future.__await__()
@@ -210,7 +210,7 @@ class ChunkedMessage(Message):
         info = self._info
         ledger, entry = info.position
         partition = info.owner.partition if info.owner is not None else -1
-        return MessageId(ledger, entry, partition, -1, self._first)
+        return MessageId(partition, ledger, entry, -1).with_first_chunk(*self._first)
 
 
 @dataclass(slots=True)

@@ -9,16 +9,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from magnetar.protocol.batch import META_PRODUCER
+from magnetar.protocol.entry import EntryMeta
 from magnetar.protocol.message_id import MessageId
 
 if TYPE_CHECKING:
     from magnetar.client.consumer import PartitionConsumer
+    from magnetar.client.crypto import EncryptionContext
 
 
 class EntryInfo:
     """What every message of one entry (one stored batch) has in common."""
 
-    __slots__ = ("batched", "count", "epoch", "owner", "position", "publish_time", "redelivery_count", "unacked")
+    __slots__ = (
+        "batched",
+        "count",
+        "epoch",
+        "meta",
+        "owner",
+        "position",
+        "publish_time",
+        "redelivery_count",
+        "unacked",
+    )
 
     def __init__(
         self,
@@ -29,6 +42,7 @@ class EntryInfo:
         owner: PartitionConsumer | None,
         batched: bool,
         epoch: int = 0,
+        meta: EntryMeta | None = None,
     ) -> None:
         self.position = position
         self.count = count
@@ -41,6 +55,8 @@ class EntryInfo:
         self.epoch = epoch
         # The tracker's live set of this entry's unacknowledged batch indexes (None: one message).
         self.unacked: set[int] | None = None
+        # The entry's metadata map as received (``EntryMeta``): producer name, encryption, ...
+        self.meta = meta
 
 
 class Message:
@@ -54,14 +70,40 @@ class Message:
         self._index = index
 
     def data(self) -> bytes:
-        """The payload bytes."""
-        payload: bytes = self._record[0]
+        """The payload bytes (``b""`` for a null value, as pulsar-client's ``data()``)."""
+        payload: bytes | None = self._record[0]
+        return payload if payload is not None else b""
+
+    def value(self) -> bytes | None:
+        """The payload decoded by the schema; Magnetar only has the bytes schema, so ``data()``;
+        None for a null value (``producer.send(None)``, see ``has_null_value``)."""
+        payload: bytes | None = self._record[0]
         return payload
 
-    def value(self) -> bytes:
-        """The payload decoded by the schema; Magnetar only has the bytes schema, so ``data()``."""
-        payload: bytes = self._record[0]
-        return payload
+    def has_null_value(self) -> bool:
+        """Whether the message was sent with a null value (a tombstone, distinct from ``b""``)."""
+        return self._record[0] is None
+
+    def ordering_key(self) -> str:
+        """The ordering key the producer gave, or ``""`` when there was none (as Pulsar returns)."""
+        record = self._record
+        key = record[5] if len(record) > 5 else None
+        return key if key is not None else ""
+
+    def producer_name(self) -> str:
+        """The name of the producer that sent the message (``""`` when unknown)."""
+        meta = self._info.meta
+        return str(meta.get(META_PRODUCER, "")) if meta is not None else ""
+
+    def schema_version(self) -> str:
+        """Always ``""``: Magnetar has only the bytes schema, so no message carries a schema version."""
+        return ""
+
+    def encryption_context(self) -> EncryptionContext | None:
+        """How the message was encrypted (``client.crypto``), or None for a message sent in the clear."""
+        from magnetar.client.crypto import encryption_context_of  # only encrypted topics need it loaded
+
+        return encryption_context_of(self._info.meta)
 
     def properties(self) -> dict[str, str]:
         props: dict[str, str] = self._record[1]
@@ -93,7 +135,7 @@ class Message:
         info = self._info
         ledger, entry = info.position
         partition = info.owner.partition if info.owner is not None else -1
-        return MessageId(ledger, entry, partition, self._index)
+        return MessageId(partition, ledger, entry, self._index)
 
     def topic_name(self) -> str:
         owner = self._info.owner

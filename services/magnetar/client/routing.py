@@ -174,7 +174,7 @@ class CustomRouter:
 
     def route(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str] | None,
         partition_key: str | None,
         event_timestamp: int | None,

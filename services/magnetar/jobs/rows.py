@@ -5,12 +5,19 @@ metadata (producer name, publish time, compression). Each message becomes one ro
 fields a consumer would see (``client/message.py``): the key the producer gave (null, not "", when
 none was given), its properties, its event time (null when 0, i.e. unset), its own sequence id, and
 the batch index that its ``MessageId`` carries — ``i`` in a batch, ``-1`` for a message sent
-without batching (``meta["b"]`` false), as in Pulsar.
+without batching (``meta["b"]`` false), as in Pulsar. A null-value message (``producer.send(None)``,
+``Message.has_null_value()``) has a null payload, not an empty one.
 
 Chunks of a message too large for one entry (WIRE.md R41a) are *not* joined: each chunk is one
 row whose payload is that slice of the message's (compressed) bytes, with the chunk's identity in
 ``properties`` (``CHUNK_*`` below) and no event time (it lives inside the whole message). Joining
 them is left to a follow-up; here nothing is hidden and nothing is guessed.
+
+An end-to-end encrypted entry (WIRE.md R114, R116) cannot be decoded without the consumers' private
+keys, which Spark never has: it becomes one row (batch index -1, the entry's meta key) whose payload
+is the ciphertext, still encrypted, with what a key holder needs to open it in ``properties``
+(``ENCRYPTION_*`` below: key names, each wrapped data key and the nonce in base64, the algorithm,
+the compression and the number of messages inside).
 
 Rows are built as columns and handed to Spark as ``pyarrow.RecordBatch``es: several times faster
 than Python tuples, which Spark would convert to Arrow itself, value by value.
@@ -18,6 +25,7 @@ than Python tuples, which Spark would convert to Arrow itself, value by value.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +33,14 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 
 from magnetar.jobs.ledger_reads import StoredEntry
 from magnetar.protocol.batch import decode_batch
-from magnetar.protocol.entry import META_CHUNK_ID, META_CHUNK_UUID, META_NUM_CHUNKS, META_TOTAL_CHUNK_SIZE
+from magnetar.protocol.entry import (
+    META_CHUNK_ID,
+    META_CHUNK_UUID,
+    META_ENCRYPTION_KEYS,
+    META_NUM_CHUNKS,
+    META_TOTAL_CHUNK_SIZE,
+    EntryMeta,
+)
 
 # The columns, in the order of the data source's schema (``source.SCHEMA_DDL``).
 COLUMNS = (
@@ -48,6 +63,33 @@ CHUNK_UUID = "magnetar.chunk.uuid"
 CHUNK_ID = "magnetar.chunk.id"
 CHUNK_COUNT = "magnetar.chunk.count"
 CHUNK_TOTAL_SIZE = "magnetar.chunk.totalSize"
+
+# Properties of a row that is a whole encrypted entry (not decrypted, see above); the wrapped data
+# key of key ``name`` is under ``ENCRYPTION_KEY_PREFIX + name``.
+ENCRYPTION_KEYS = "magnetar.encryption.keys"
+ENCRYPTION_KEY_PREFIX = "magnetar.encryption.key."
+ENCRYPTION_PARAM = "magnetar.encryption.param"
+ENCRYPTION_ALGORITHM = "magnetar.encryption.algorithm"
+ENCRYPTION_COMPRESSION = "magnetar.encryption.compression"
+ENCRYPTION_BATCH_SIZE = "magnetar.encryption.batchSize"
+
+
+def encryption_properties(meta: EntryMeta) -> dict[str, str]:
+    """The ``ENCRYPTION_*`` properties of an encrypted entry's row (empty when not encrypted)."""
+    keys = meta.get(META_ENCRYPTION_KEYS)
+    if keys is None:
+        return {}
+    props = {
+        ENCRYPTION_KEYS: ",".join(str(k[0]) for k in keys),
+        ENCRYPTION_PARAM: base64.b64encode(bytes(meta.get("ep", b""))).decode(),
+        ENCRYPTION_ALGORITHM: str(meta.get("ea", "")),
+        ENCRYPTION_COMPRESSION: str(meta.get("comp", 0)),
+        ENCRYPTION_BATCH_SIZE: str(meta.get("n", 1)),
+    }
+    for k in keys:
+        props[ENCRYPTION_KEY_PREFIX + str(k[0])] = base64.b64encode(bytes(k[1])).decode()
+    return props
+
 
 # The Arrow types Spark expects for the schema (``to_arrow_schema`` of it, timezone UTC).
 ARROW_SCHEMA = pa.schema(
@@ -89,7 +131,7 @@ class RowColumns:
         self.event_us: list[int | None] = []
         self.key: list[str | None] = []
         self.properties: list[Any] = []
-        self.payload: list[bytes] = []
+        self.payload: list[bytes | None] = []  # None: a null-value message (``producer.send(None)``)
         self.producer: list[str | None] = []
         self.sequence_id: list[int] = []
 
@@ -106,6 +148,9 @@ class RowColumns:
         producer = meta.get("pn")
         if int(meta.get(META_NUM_CHUNKS, 1)) > 1:
             self._add_chunk(entry, publish_ms, producer)
+            return
+        if META_ENCRYPTION_KEYS in meta:
+            self._add_opaque(entry, publish_ms, producer, encryption_properties(meta))
             return
         try:
             records = decode_batch(meta, entry.payload, verify=False)  # verified by the reader
@@ -140,8 +185,22 @@ class RowColumns:
                 CHUNK_ID: str(meta.get(META_CHUNK_ID, 0)),
                 CHUNK_COUNT: str(meta.get(META_NUM_CHUNKS, 1)),
                 CHUNK_TOTAL_SIZE: str(meta.get(META_TOTAL_CHUNK_SIZE, 0)),
+                **encryption_properties(meta),
             }
         )
+        self.payload.append(entry.payload)
+        self.producer.append(producer)
+        self.sequence_id.append(int(meta.get("seq", 0)))
+
+    def _add_opaque(self, entry: StoredEntry, publish_ms: int, producer: str | None, props: dict[str, str]) -> None:
+        """One row for a whole entry whose payload stays as stored (an encrypted one)."""
+        meta = entry.meta
+        self.entry_id.append(entry.entry_id)
+        self.batch_index.append(-1)
+        self.publish_us.append(publish_ms * 1000)
+        self.event_us.append(None)
+        self.key.append(meta.get("k"))
+        self.properties.append(props)
         self.payload.append(entry.payload)
         self.producer.append(producer)
         self.sequence_id.append(int(meta.get("seq", 0)))

@@ -4,9 +4,10 @@ The broker never decodes it (DESIGN.md §4): it stores ``[meta, payload]`` as on
 (``entry.py``) and forwards both to consumers. Only producers encode and only consumers (and
 Spark readers) decode.
 
-A record is ``[payload: bin, properties: map, partition_key: str | nil, event_time: int,
-sequence_id: int]``. A message sent without batching is a one-record batch whose meta says
-``b: false``, so that its id carries batch index -1 as in Pulsar.
+A record is ``[payload: bin | nil, properties: map, partition_key: str | nil, event_time: int,
+sequence_id: int, ordering_key?: str | nil]``; a nil payload is a null value (``producer.send(None)``, a
+tombstone distinct from an empty payload; WIRE.md R98). A message sent without batching is a
+one-record batch whose meta says ``b: false``, so that its id carries batch index -1 as in Pulsar.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ META_DELIVER_AT: Final = "dt"
 
 @dataclass(slots=True)
 class DecodedRecord:
-    payload: bytes
+    payload: bytes | None
     properties: dict[str, str]
     partition_key: str | None
     event_time: int
@@ -48,7 +49,7 @@ class DecodedRecord:
 
 
 def make_record(
-    payload: bytes,
+    payload: bytes | None,
     properties: dict[str, str] | None,
     partition_key: str | None,
     event_time: int,

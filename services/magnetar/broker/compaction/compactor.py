@@ -18,6 +18,12 @@ A chunked message (chunk keys in the meta, WIRE.md R41a) is one message spread o
 payload slices cannot be decoded alone: it is keyed by its meta ``k``, its last chunk decides
 whether it is the latest of its key, and all its chunks survive or none.
 
+An end-to-end encrypted entry (WIRE.md R114, R116) cannot be decoded here either (the broker has no
+keys): as Pulsar's compactor does with an unreadable batch, it is one unit keyed by its meta ``k``,
+kept whole and still encrypted when it is the latest of that key. Its tombstones are invisible here,
+so a deleted key's last (encrypted, null-value) entry stays, and a batch of mixed keys counts as its
+first key only: encrypt unbatched or with key-based batching to compact per key.
+
 The caller owns the metadata: it gets the new ledger through ``create_ledger`` (so it can record
 it as pending before anything is written) and installs the resulting view.
 """
@@ -41,7 +47,7 @@ from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol.batch import decode_batch
 from magnetar.protocol.checksum import crc32c
 from magnetar.protocol.compression import compress
-from magnetar.protocol.entry import EntryMeta, decode_entry, encode_entry
+from magnetar.protocol.entry import META_ENCRYPTION_KEYS, EntryMeta, decode_entry, encode_entry
 
 # Topic entries per read, and compacted entries in flight to the bookies at most.
 READ_CHUNK = 1000
@@ -117,6 +123,11 @@ async def _phase_one(source: _Source, retain_null_key: bool) -> dict[str | None,
                     latest[key] = uuid
                 continue
             pk = position_key(pos)
+            if META_ENCRYPTION_KEYS in meta:  # opaque: one unit under its meta key (WIRE.md R116)
+                key = meta.get("k")
+                if key is not None:
+                    latest[key] = (pk, -1)
+                continue
             dropped = removed_indexes(meta)
             for i, rec in enumerate(_records(meta, payload)):
                 if i in dropped:
@@ -171,6 +182,12 @@ async def compact(
                 if int(meta.get("cid", 0)) == int(meta.get("cn", 1)) - 1:
                     read += 1
                     kept += out is not None
+            elif META_ENCRYPTION_KEYS in meta:  # kept whole and encrypted, or not at all
+                key = meta.get("k")
+                survives = latest.get(key) == (position_key(pos), -1) if key is not None else retain_null_key
+                out = stored if survives else None
+                read += int(meta.get("n", 1))
+                kept += int(meta.get("n", 1)) if survives else 0
             else:
                 pk = position_key(pos)
                 dropped = removed_indexes(meta)
