@@ -37,6 +37,7 @@ from magnetar.broker.dispatchers.key_shared import KeySharedDispatcher
 from magnetar.broker.key_hash import key_hash
 from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.producer import Rate, ServerProducer
+from magnetar.broker.producer_access import ProducerAccess
 from magnetar.managed_ledger import Position
 from magnetar.protocol import commands as c
 from magnetar.protocol.entry import EntryMeta
@@ -197,6 +198,8 @@ class NonPersistentTopic:
         self._msg_out_removed = 0
         self._bytes_out_removed = 0
         self._msg_drop_removed = 0
+        # Producer access modes; the epoch lives in memory, as the topic does (producer_access.py).
+        self.access = ProducerAccess(name, lambda: list(self.producers.values()))
 
     # ------------------------------------------------------------------ policies
     def apply_policies(self, eff: EffectivePolicies) -> None:
@@ -216,6 +219,7 @@ class NonPersistentTopic:
 
     def remove_producer(self, producer: ServerProducer) -> None:
         self.producers.pop((producer.connection_id, producer.producer_id), None)
+        self.access.removed(producer)
 
     def publish(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> asyncio.Future[Position]:
         """Offer the entry to every subscription now; the future is already resolved to 0:0
@@ -328,6 +332,8 @@ class NonPersistentTopic:
                     "producerId": p.producer_id,
                     "msgInCounter": p.msg_in,
                     "msgDropRate": 0.0,
+                    "accessMode": p.access_mode,
+                    "metadata": dict(p.metadata),
                 }
                 for p in self.producers.values()
             ],
@@ -351,6 +357,7 @@ class NonPersistentTopic:
         return bool(self.producers) or any(s.dispatcher.consumers for s in self.subscriptions.values())
 
     async def close(self) -> None:
+        self.access.close()
         for sub in list(self.subscriptions.values()):
             sub.close()
         self.subscriptions.clear()

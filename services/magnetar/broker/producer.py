@@ -6,7 +6,7 @@ Apart from ``topic`` because both kinds of topic (persistent and non-persistent)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(eq=False, slots=True)
@@ -15,6 +15,10 @@ class ServerProducer:
     name: str
     connection_id: int
     msg_in: int = 0
+    # Access mode and topic epoch (producer_access.py), and the producer's properties (R104).
+    access_mode: str = "Shared"
+    epoch: int | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
     # Set by the first failed write: later sends from this registration are refused, so a
     # message resent after a reconnect can never land behind one sent after it.
     fenced: BaseException | None = None

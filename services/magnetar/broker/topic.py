@@ -19,6 +19,7 @@ from magnetar.broker.consumer import ServerConsumer
 from magnetar.broker.dedup import Deduplication, Ticket
 from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.producer import Rate, ServerProducer
+from magnetar.broker.producer_access import ProducerAccess
 from magnetar.broker.rate_limit import TopicRateLimits
 from magnetar.broker.subscription import Subscription
 from magnetar.managed_ledger import ManagedLedger, Position
@@ -61,6 +62,8 @@ class PersistentTopic:
         # Backlog quotas (backlog_quota.py): checked periodically and at producer creation.
         self.backlog_quota = BacklogQuotaGuard(self)
         self.policy_listeners.append(self.backlog_quota.apply)
+        # Producer access modes and the topic epoch (producer_access.py).
+        self.access = ProducerAccess(name, lambda: list(self.producers.values()), ml)
         for cursor in ml.cursors.values():
             # Durable subscriptions come back with their cursor; their type is set by the first
             # consumer that joins (Exclusive until then, as in Pulsar).
@@ -102,6 +105,7 @@ class PersistentTopic:
     def remove_producer(self, producer: ServerProducer) -> None:
         if self.producers.pop((producer.connection_id, producer.producer_id), None) is not None:
             self.dedup.producer_removed(producer.name)
+        self.access.removed(producer)
 
     def publish(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> asyncio.Future[Position]:
         """Store ``[meta, payload]`` (``entry.encode_entry``) as one entry; the future resolves once
@@ -217,13 +221,20 @@ class PersistentTopic:
             "entries": self.ml.total_entries,
             "ledgers": [{"ledgerId": lid, "entries": self.ml.entries_in(lid)} for lid in self.ml.ledger_ids],
             "publishers": [
-                {"producerName": p.name, "producerId": p.producer_id, "msgInCounter": p.msg_in}
+                {
+                    "producerName": p.name,
+                    "producerId": p.producer_id,
+                    "msgInCounter": p.msg_in,
+                    "accessMode": p.access_mode,
+                    "metadata": dict(p.metadata),
+                }
                 for p in self.producers.values()
             ],
             "subscriptions": {name: sub.stats() for name, sub in self.subscriptions.items()},
         }
 
     async def close(self) -> None:
+        self.access.close()
         self.backlog_quota.close()
         if self.compaction is not None:
             await self.compaction.close()

@@ -32,8 +32,10 @@ from typing import Any
 from magnetar.client.batch_builder import RECORD_OVERHEAD, Batch, KeyedBatches, SendCallback, SendReceipt
 from magnetar.client.chunking import ChunkedSendReceipt, chunk_uuid, make_chunk_batches, split_payload
 from magnetar.client.connection import Connection
+from magnetar.client.crypto import Encryptor
 from magnetar.client.errors import ProducerQueueIsFull
 from magnetar.client.options import BatchingType, HashingScheme, PartitionsRoutingMode, ProducerAccessMode
+from magnetar.client.producer_start import access_wait_limit
 from magnetar.client.reconnect import Attachment, Resolver
 from magnetar.client.routing import (
     DEFAULT_HASHING_SCHEME,
@@ -67,9 +69,9 @@ _NO_PROPERTIES: dict[str, str] = {}
 
 def check_content(content: object) -> None:
     """Refuse message content that is not bytes at the call, as pulsar-client's bytes schema does
-    (``TypeError``), rather than later on the client's loop thread."""
-    if type(content) is not bytes and not isinstance(content, bytearray | memoryview):
-        raise TypeError(f"message content must be bytes, not {type(content).__name__}")
+    (``TypeError``), rather than later on the client's loop thread. None is a null value (a tombstone)."""
+    if type(content) is not bytes and content is not None and not isinstance(content, bytearray | memoryview):
+        raise TypeError(f"Invalid record obj of type {type(content)} - expected type is {bytes}")
 
 
 # The rarely used per-message options, (ordering key, custom sequence id, deliver-at ms); None when
@@ -115,11 +117,12 @@ class ProducerConfig:
     pulsar-client's False); ``chunking_enabled=True`` turns batching off (pulsar-client raises
     ``ValueError`` when both are on, but cannot be asked to here, where batching is on by default);
     ``hashing_scheme`` is an extension (pulsar-client's Python API has none and always hashes with
-    ``BoostHash``). Options Magnetar does not implement — a schema other than bytes,
-    ``encryption_key``, ``crypto_key_reader``, an ``access_mode`` other than ``Shared`` — raise
-    ``Unsupported`` here, at create time. ``properties`` are kept on the config only (the wire has
-    no producer metadata) and ``lazy_start_partitioned_producers`` is accepted, but every partition
-    producer starts at once.
+    ``BoostHash``). A schema other than bytes raises ``Unsupported`` here, at create time.
+    ``encryption_key`` with ``crypto_key_reader`` encrypts every entry (``crypto``; its public key
+    loads here, ``CryptoError`` if it cannot; without a reader: ``ValueError``, never plaintext).
+    ``access_mode`` is enforced by the broker (WIRE.md R102-R103), ``properties`` go to it as the
+    producer's metadata (R104), and ``lazy_start_partitioned_producers`` (in Shared mode only, as
+    Pulsar) registers each partition producer but the first with its first batch (``producer_start``).
     """
 
     __slots__ = (
@@ -132,6 +135,7 @@ class ProducerConfig:
         "block_if_queue_full",
         "chunking_enabled",
         "compression_type",
+        "encryptor",
         "hashing_scheme",
         "initial_sequence_id",
         "lazy_start_partitioned_producers",
@@ -197,12 +201,8 @@ class ProducerConfig:
             raise Unsupported(
                 f"schema {type(schema).__name__} is not supported by the Magnetar client (only the bytes schema exists)"
             )
-        if encryption_key is not None:
-            raise Unsupported("encryption_key is not supported by the Magnetar client (no end-to-end encryption)")
-        if crypto_key_reader is not None:
-            raise Unsupported("crypto_key_reader is not supported by the Magnetar client (no end-to-end encryption)")
-        if access_mode is not ProducerAccessMode.Shared:
-            raise Unsupported(f"access_mode={access_mode} is not supported by the Magnetar client (Shared only)")
+        # End-to-end encryption (``client.crypto``): the public keys load now, so a bad key file fails here.
+        self.encryptor = Encryptor([encryption_key], crypto_key_reader) if encryption_key is not None else None
         if message_router is not None:
             if not callable(message_router):
                 raise ValueError("message_router must be callable(message, num_partitions) -> partition index")
@@ -261,9 +261,13 @@ class PartitionProducer(Attachment):
         self.producer_id = -1
         self._cfg = config
         self.producer_name = config.producer_name or ""
-        self.last_sequence_id = -1
-        self._next_seq = 0
+        # Numbered from initial_sequence_id before the first attach too (a lazily started one sends later).
+        self.last_sequence_id = config.initial_sequence_id if config.initial_sequence_id is not None else -1
+        self._next_seq = self.last_sequence_id + 1
         self._ever_attached = False
+        self.topic_epoch: int | None = None  # granted with exclusive access (R103), shown on reconnects
+        # Not registered until its first batch is sealed (lazy_start_partitioned_producers; producer_start).
+        self.lazy = False
         self._batching = config.batching_enabled
         self._max_messages = config.batching_max_messages
         self._max_message_size = DEFAULT_MAX_MESSAGE_SIZE
@@ -297,10 +301,18 @@ class PartitionProducer(Attachment):
         """Register as a producer on ``conn``; on success resend every unacknowledged batch in order."""
         pid = self._resolver.next_id()
         # After the first attach the broker-assigned name is kept: deduplication is keyed by it.
-        cmd = cmds.producer(self.topic, pid, self.producer_name or self._cfg.producer_name)
+        # The access mode, the topic epoch got on an earlier attach and the properties: R102-R104.
+        cmd = cmds.producer(
+            self.topic,
+            pid,
+            self.producer_name or self._cfg.producer_name,
+            access_mode=self._cfg.access_mode.name,
+            epoch=self.topic_epoch,
+            metadata=self._cfg.properties,
+        )
         conn.register_producer(pid, self)
         try:
-            answer: cmds.ProducerSuccess = await conn.request(cmd)
+            answer: cmds.ProducerSuccess = await conn.request(cmd, access_wait_limit(self._cfg.access_mode))
         except BaseException as exc:
             conn.unregister_producer(pid)
             if isinstance(exc, Timeout):  # it may still be created late: do not leave it behind
@@ -312,13 +324,16 @@ class PartitionProducer(Attachment):
             return
         self.producer_id = pid
         self.producer_name = str(answer.get("producer_name") or self.producer_name)
+        if self._cfg.access_mode is not ProducerAccessMode.Shared and answer.get("topic_epoch") is not None:
+            self.topic_epoch = int(answer["topic_epoch"])
         if not self._ever_attached:
             self._ever_attached = True
             last = answer.get("last_sequence_id")
             if self._cfg.initial_sequence_id is not None:  # given: it wins over the broker's (as in Pulsar)
                 last = self._cfg.initial_sequence_id
-            self.last_sequence_id = int(last) if last is not None else -1
-            self._next_seq = self.last_sequence_id + 1
+            if self.pending == 0:  # (a lazily started one may have numbered messages already: keep them)
+                self.last_sequence_id = int(last) if last is not None else -1
+                self._next_seq = self.last_sequence_id + 1
         self._max_message_size = conn.max_message_size
         self._max_bytes = min(self._cfg.batching_max_allowed_size_in_bytes, conn.max_message_size)
         try:
@@ -334,6 +349,13 @@ class PartitionProducer(Attachment):
         meta, payload = batch.meta, batch.payload
         assert meta is not None and payload is not None  # sealed: every batch in _inflight is
         return cmds.send(self.producer_id, batch.first_seq, meta, payload)
+
+    def start_lazily(self) -> None:
+        """Register now (``lazy_start_partitioned_producers``: the first batch routed here was just
+        sealed; ``producer_start``). It waits in ``_inflight`` meanwhile, as during a reconnection."""
+        self.lazy = False
+        if self._closed is None and self._conn is None and self._reattach_task is None:
+            self._reattach_task = self._loop.create_task(self._reattach(), name=f"magnetar-start {self.topic}")
 
     def _connection_lost(self, conn: Connection, exc: MagnetarError) -> None:
         if conn is self._conn:
@@ -365,7 +387,7 @@ class PartitionProducer(Attachment):
 
     def send_nowait(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         event_timestamp: int | None = None,
@@ -384,12 +406,12 @@ class PartitionProducer(Attachment):
         """
         if self._closed is not None:
             raise self._closed
-        # check_content, inlined: this runs once per message.
-        if type(content) is not bytes and not isinstance(content, bytearray | memoryview):
-            raise TypeError(f"message content must be bytes, not {type(content).__name__}")
+        # check_content, inlined: this runs once per message. None is a null value (``has_null_value``).
+        if type(content) is not bytes and content is not None and not isinstance(content, bytearray | memoryview):
+            raise TypeError(f"Invalid record obj of type {type(content)} - expected type is {bytes}")
         if callback is not None and not callable(callback):
             raise TypeError(f"send callback must be callable(result, msg_id), not {type(callback).__name__}")
-        size = len(content)
+        size = len(content) if content is not None else 0
         if size > self._max_message_size and not self._chunking:
             raise MessageTooLarge(
                 f"message of {size} bytes exceeds the broker's max_message_size of {self._max_message_size}"
@@ -431,7 +453,7 @@ class PartitionProducer(Attachment):
 
     def _send_special(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str],
         partition_key: str | None,
         event_timestamp: int | None,
@@ -492,7 +514,7 @@ class PartitionProducer(Attachment):
 
     def _send_chunked(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str],
         partition_key: str | None,
         event_timestamp: int | None,
@@ -525,6 +547,8 @@ class PartitionProducer(Attachment):
             )
         except (TypeError, ValueError) as exc:  # e.g. a property value msgpack cannot encode
             raise MagnetarError(f"cannot encode message: {exc}") from exc
+        if self._cfg.encryptor is not None:  # the whole message, before it is cut into chunks
+            payload = self._cfg.encryptor.seal(meta, payload)
         if sequence_id is not None:  # the message's own sequence id, for deduplication (as ``Batch.encode``)
             meta["seq"] = sequence_id
         self._next_seq = seq + 1
@@ -554,6 +578,8 @@ class PartitionProducer(Attachment):
     def _queue_sealed(self, batch: Batch) -> None:
         """Put a sealed batch in flight: queued for receipts, written when attached, timed out."""
         self._inflight.append(batch)
+        if self.lazy:
+            self.start_lazily()
         conn = self._conn
         if conn is not None:
             meta, payload = batch.meta, batch.payload
@@ -633,8 +659,13 @@ class PartitionProducer(Attachment):
         """
         try:
             meta, payload = batch.encode(producer_name=self.producer_name, compression=self._compression)
+            if self._cfg.encryptor is not None:  # after compression, as Pulsar (``client.crypto``)
+                payload = self._cfg.encryptor.seal(meta, payload)
         except (TypeError, ValueError) as exc:  # e.g. a property value msgpack cannot encode
             self._complete(batch, MagnetarError(f"cannot encode batch: {exc}"))
+            return
+        except MagnetarError as exc:  # CryptoError: a key file became unreadable at a data key refresh
+            self._complete(batch, exc)
             return
         if self.seal_listener is not None:
             self.seal_listener(self.partition)
@@ -649,6 +680,8 @@ class PartitionProducer(Attachment):
         batch.meta = meta
         batch.payload = payload
         self._inflight.append(batch)
+        if self.lazy:
+            self.start_lazily()
         conn = self._conn
         if conn is not None:
             try:
@@ -820,10 +853,16 @@ class Producer:
         return self._topic
 
     def producer_name(self) -> str:
-        return self._parts[0].producer_name
+        # The first partition's, or (lazily started, partition 0 not yet registered) the first one known.
+        return next((p.producer_name for p in self._parts if p.producer_name), "")
 
     def last_sequence_id(self) -> int:
         return max(p.last_sequence_id for p in self._parts)
+
+    def is_connected(self) -> bool:
+        """Whether the producer is open and every started partition producer is registered on a
+        live connection (as Pulsar's ``isConnected``; a lazily started one counts once started)."""
+        return not self._closing and all(p.connected for p in self._parts if not p.lazy)
 
     @property
     def partitions(self) -> list[PartitionProducer]:
@@ -835,7 +874,7 @@ class Producer:
 
     def _pick(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str] | None,
         partition_key: str | None,
         event_timestamp: int | None,
@@ -875,13 +914,13 @@ class Producer:
 
     async def send(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | None = None,
         sequence_id: int | None = None,
         replication_clusters: list[str] | None = None,
-        disable_replication: bool = False,
+        disable_replication: bool | None = None,
         event_timestamp: int | None = None,
         deliver_at: int | None = None,
         deliver_after: timedelta | None = None,
@@ -898,7 +937,7 @@ class Producer:
             ordering_key,
             sequence_id,
             replication_clusters,
-            disable_replication,
+            bool(disable_replication),
             event_timestamp,
             deliver_at,
             deliver_after,
@@ -907,7 +946,7 @@ class Producer:
 
     async def send_async(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | None = None,
@@ -942,7 +981,7 @@ class Producer:
 
     def send_nowait(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | None = None,
@@ -962,7 +1001,7 @@ class Producer:
 
     def _enqueue(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str] | None,
         partition_key: str | None,
         event_timestamp: int | None,

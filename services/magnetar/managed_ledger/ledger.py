@@ -45,7 +45,7 @@ from magnetar.managed_ledger.position import EARLIEST, Position
 from magnetar.managed_ledger.retention_rule import removable_ledgers, slowest_position
 from magnetar.metadata import paths
 from magnetar.metadata.store import ANY_VERSION, MUST_NOT_EXIST, MetadataStore
-from magnetar.protocol.errors import AlreadyClosed, BadVersion, NotFound, PersistenceError
+from magnetar.protocol.errors import AlreadyClosed, BadVersion, NoSuchLedger, NotFound, PersistenceError
 
 # Entries read per request when counting the messages of a recovered ledger.
 _COUNT_READ_CHUNK = 500
@@ -186,6 +186,9 @@ class ManagedLedger:
         if found is not None:
             recorded = json.loads(found.value)["ledgers"]
             self._meta_version = found.version
+        # A last ledger found empty is deleted only once the ledger list without it is stored: deleted
+        # first, a failed list write (another opener raced us) left a list naming a missing ledger.
+        empty_last: int | None = None
         for i, rec in enumerate(recorded):
             info = LedgerInfo(
                 int(rec["id"]),
@@ -195,13 +198,18 @@ class ManagedLedger:
             )
             if i == len(recorded) - 1:
                 # The last ledger may have been open when its writer died: recover and close it.
-                handle = await self._ledgers.open(info.ledger_id, recovery=True)
+                try:
+                    handle = await self._ledgers.open(info.ledger_id, recovery=True)
+                except NoSuchLedger:
+                    if rec.get("closed_at") and not rec.get("entries"):
+                        continue  # closed empty, and deleted by an opener before this fix: nothing lost
+                    raise
                 info.entries = handle.last_entry_id + 1
                 info.size = handle.metadata.length
                 self._read_handles[info.ledger_id] = handle
                 if info.entries == 0:
-                    await self._ledgers.delete(info.ledger_id)
                     self._read_handles.pop(info.ledger_id, None)
+                    empty_last = info.ledger_id
                     continue
                 if "msgs" in rec:
                     self._counts[info.ledger_id] = await self._load_counts(info.ledger_id, info.entries, rec["msgs"])
@@ -213,6 +221,11 @@ class ManagedLedger:
             self._infos[info.ledger_id] = info
             self._ids.append(info.ledger_id)
         await self._create_ledger()
+        if empty_last is not None:
+            try:
+                await self._ledgers.delete(empty_last)
+            except Exception as exc:  # an empty ledger left behind costs nothing; the topic opens
+                log.warning("could not delete empty ledger %s of %s: %s", empty_last, self.name, exc)
         for cursor_name in await self._store.children(paths.managed_ledger_cursors(self.name)):
             cursor = await ManagedCursor.load(self, cursor_name)
             self.cursors[cursor_name] = cursor
