@@ -119,20 +119,17 @@ def test_a_short_pattern_is_in_public_default_and_other_domains_are_refused() ->
     assert not short.matches("persistent://other/default/orders-1")
     scoped = TopicPattern.parse(re.compile("acme/prod/.*-in"))
     assert scoped.namespace == "acme/prod" and scoped.matches("persistent://acme/prod/x-in")
+    # The mode picks the domains; a pattern's own domain is dropped, as pulsar-client does.
+    non_persistent = TopicPattern.parse(re.compile("non-persistent://public/default/o-.*"), "NON_PERSISTENT")
+    assert non_persistent.matches("non-persistent://public/default/o-1")
+    assert not non_persistent.matches("persistent://public/default/o-1")
     with pytest.raises(InvalidTopicName):
-        TopicPattern.parse(re.compile("non-persistent://public/default/.*"))
+        TopicPattern.parse(re.compile("other://public/default/.*"))
 
 
-def test_only_persistent_only_regex_mode_is_accepted(standalone: StandaloneProcess) -> None:
-    with magnetar.Client(standalone.service_url) as client:
-        with pytest.raises(magnetar.Unsupported):
-            client.subscribe(
-                re.compile("persistent://public/default/x-.*"),
-                "s",
-                regex_subscription_mode=magnetar.RegexSubscriptionMode.AllTopics,
-            )
-        with pytest.raises(ValueError):
-            client.subscribe(42, "s")
+def test_a_topic_that_is_neither_a_name_a_list_nor_a_pattern_is_refused(standalone: StandaloneProcess) -> None:
+    with magnetar.Client(standalone.service_url) as client, pytest.raises(ValueError):
+        client.subscribe(42, "s")
 
 
 def test_retry_enable_also_reads_the_retry_topic(standalone: StandaloneProcess, topic: str) -> None:

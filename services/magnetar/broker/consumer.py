@@ -8,6 +8,25 @@ from typing import Protocol
 
 from magnetar.managed_ledger import Position
 from magnetar.protocol.entry import EntryMeta
+from magnetar.protocol.errors import InvalidCommand
+
+# R106: how many consumer properties a subscribe may carry, and how long each key and value may be.
+MAX_CONSUMER_PROPERTIES = 64
+MAX_CONSUMER_PROPERTY_CHARS = 1024
+
+
+def consumer_metadata(raw: object) -> dict[str, str]:
+    """A subscribe's ``properties`` (WIRE.md R106), checked: a map of short strings, or nothing."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or len(raw) > MAX_CONSUMER_PROPERTIES:
+        raise InvalidCommand(f"properties must be a map of at most {MAX_CONSUMER_PROPERTIES} entries")
+    for k, v in raw.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidCommand("properties must map strings to strings")
+        if len(k) > MAX_CONSUMER_PROPERTY_CHARS or len(v) > MAX_CONSUMER_PROPERTY_CHARS:
+            raise InvalidCommand(f"a property key or value is longer than {MAX_CONSUMER_PROPERTY_CHARS} characters")
+    return dict(raw)
 
 
 class MessageSink(Protocol):
@@ -45,6 +64,8 @@ class ServerConsumer:
     key_ranges: list[tuple[int, int]] | None = None
     # Key_Shared: lift the recently-joined-consumers rule (the consumer accepts out-of-order keys).
     allow_out_of_order: bool = False
+    # The properties the client subscribed with (WIRE.md R106), shown as ``metadata`` in stats.
+    metadata: dict[str, str] = field(default_factory=dict)
 
     @property
     def unacked_messages(self) -> int:

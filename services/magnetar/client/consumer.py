@@ -44,6 +44,7 @@ from itertools import repeat
 from typing import Any
 
 from magnetar.client.acks import BatchAckTracker, FlowPermits, Position
+from magnetar.client.batch_receive import collect
 from magnetar.client.chunking import ChunkAssembler, ChunkedMessage, is_chunk
 from magnetar.client.connection import Connection
 from magnetar.client.consumer_config import ConsumerConfig
@@ -64,7 +65,7 @@ from magnetar.client.redelivery import AckTimeoutTracker, NegativeAckTracker
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.batch import META_BATCHED, META_COUNT, META_CRC, META_PUBLISH_TIME, decode_batch
 from magnetar.protocol.checksum import crc32c
-from magnetar.protocol.entry import META_NUM_CHUNKS, EntryMeta
+from magnetar.protocol.entry import META_ENCRYPTION_KEYS, META_NUM_CHUNKS, EntryMeta
 from magnetar.protocol.errors import AlreadyClosed, MagnetarError, NotConnected, Timeout, Unsupported
 from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
 from magnetar.protocol.topic_name import TopicName
@@ -189,7 +190,7 @@ class PartitionConsumer(Attachment):
     def _set_start(self, start: MessageId | None, inclusive: bool) -> None:
         if start is not None and inclusive and start.first_chunk is not None:
             # A chunked message's id, inclusive: the message starts at its first chunk (as Pulsar).
-            start = MessageId(*start.first_chunk, start.partition, -1)
+            start = MessageId(start.partition(), *start.first_chunk, -1)
         self._start = start
         self._start_inclusive = inclusive
         self._skip_before = None if start is None or _is_sentinel(start) else start
@@ -216,10 +217,10 @@ class PartitionConsumer(Attachment):
         inclusive = self._start_inclusive
         if self._start is not None:
             s = self._start
-            if s.batch_index >= 0 and not _is_sentinel(s):
-                start, inclusive = [s.ledger_id, s.entry_id, -1], True  # the whole entry; indexes dropped here
+            if s.batch_index() >= 0 and not _is_sentinel(s):
+                start, inclusive = [s.ledger_id(), s.entry_id(), -1], True  # the whole entry; indexes dropped here
             else:
-                start = [s.ledger_id, s.entry_id, s.batch_index]
+                start = [s.ledger_id(), s.entry_id(), s.batch_index()]
         return cmds.subscribe(
             self.topic,
             self._subscription,
@@ -235,6 +236,7 @@ class PartitionConsumer(Attachment):
             start_message_id=start,
             start_inclusive=inclusive if start is not None else False,
             read_compacted=config.is_read_compacted,
+            properties=config.properties,
         )
 
     async def _attach(self, conn: Connection) -> None:
@@ -329,7 +331,15 @@ class PartitionConsumer(Attachment):
             self._on_chunk(frame, meta, position)
             return
         try:
-            records = decode_batch(meta, frame["payload"])
+            if META_ENCRYPTION_KEYS in meta:  # end-to-end encrypted: open it or apply the failure action
+                from magnetar.client.consumer_decryption import open_entry
+
+                opened = open_entry(self, meta, frame["payload"], [position])
+                if opened is None:
+                    return
+                meta, records = opened
+            else:
+                records = decode_batch(meta, frame["payload"])
         except Exception as exc:  # ChecksumError, or undecodable bytes behind a good CRC
             log.warning("dropping entry %s:%s of %s and asking for redelivery: %s", *position, self.topic, exc)
             self._redeliver_now.add(position)
@@ -340,9 +350,9 @@ class PartitionConsumer(Attachment):
         batched = bool(meta.get(META_BATCHED, True))
         n = len(records)
         redelivery_count = frame.get("redelivery_count", 0)
-        info = EntryInfo(position, n, meta.get(META_PUBLISH_TIME, 0), redelivery_count, self, batched, self.epoch)
+        info = EntryInfo(position, n, meta.get(META_PUBLISH_TIME, 0), redelivery_count, self, batched, self.epoch, meta)
         if not self._durable:
-            self._last_received = MessageId(position[0], position[1], self.partition, n - 1 if batched else -1)
+            self._last_received = MessageId(self.partition, position[0], position[1], n - 1 if batched else -1)
         acked = frame.get("acked")
         limit = self._max_redeliver
         skip_before = self._skip_before
@@ -393,7 +403,15 @@ class PartitionConsumer(Attachment):
             self.return_permits(1)
             return
         try:
-            records = decode_batch(assembled.meta, assembled.payload, verify=False)  # each chunk was verified
+            if META_ENCRYPTION_KEYS in assembled.meta:  # encrypted before it was cut into chunks
+                from magnetar.client.consumer_decryption import open_entry
+
+                opened = open_entry(self, assembled.meta, assembled.payload, assembled.positions, verify=False)
+                if opened is None:
+                    return
+                assembled.meta, records = opened
+            else:
+                records = decode_batch(assembled.meta, assembled.payload, verify=False)  # each chunk was verified
         except Exception as exc:  # undecodable behind good checksums: a producer bug; it would never decode
             log.error("dropping undecodable chunked message ending at %s:%s of %s: %s", *position, self.topic, exc)
             for p in assembled.positions:
@@ -401,11 +419,10 @@ class PartitionConsumer(Attachment):
             self.return_permits(1)
             return
         self._chunked[position] = assembled.positions
-        info = EntryInfo(
-            position, 1, assembled.meta.get(META_PUBLISH_TIME, 0), redelivery_count, self, False, self.epoch
-        )
+        ameta = assembled.meta
+        info = EntryInfo(position, 1, ameta.get(META_PUBLISH_TIME, 0), redelivery_count, self, False, self.epoch, ameta)
         if not self._durable:
-            self._last_received = MessageId(position[0], position[1], self.partition, -1)
+            self._last_received = MessageId(self.partition, position[0], position[1], -1)
         self._deliver([ChunkedMessage(records[0], info, assembled.positions[0])])
 
     def _arm_chunk_timer(self) -> None:
@@ -434,8 +451,8 @@ class PartitionConsumer(Attachment):
             return set()
         if position < start.position:
             return set(range(n))
-        if batched and start.batch_index >= 0:
-            first_kept = start.batch_index if self._start_inclusive else start.batch_index + 1
+        if batched and start.batch_index() >= 0:
+            first_kept = start.batch_index() if self._start_inclusive else start.batch_index() + 1
             return set(range(min(first_kept, n)))
         return set() if self._start_inclusive else set(range(n))
 
@@ -846,7 +863,7 @@ class PartitionConsumer(Attachment):
         """The topic's last message id (all -1 when empty) and the subscription's mark-delete position."""
         conn = await self._attached_connection("get_last_message_id")
         answer: cmds.LastMessageIdResponse = await conn.request(cmds.get_last_message_id(self.consumer_id))
-        last = MessageId(int(answer["ledger"]), int(answer["entry"]), self.partition, int(answer["batch"]))
+        last = MessageId(self.partition, int(answer["ledger"]), int(answer["entry"]), int(answer["batch"]))
         md = answer["mark_delete"]
         return last, (int(md[0]), int(md[1]))
 
@@ -954,7 +971,7 @@ class TopicTail:
         deadline = loop.time() + self._resolver.operation_timeout
         for part in self._parts:
             last, _ = await part.get_last_message_id()
-            if last.entry_id < 0:
+            if last.entry_id() < 0:
                 continue
             target = last.position
             while self._upto.get(id(part), (-1, -1)) < target:
@@ -1151,6 +1168,10 @@ class Consumer:
                 owner.ack_timeouts.add(info.position, info.redelivery_count, owner._loop.time())
         return msg
 
+    def queued(self) -> int:
+        """How many messages ``receive`` would hand out without waiting (the listener pool's runs)."""
+        return len(self._queue)
+
     async def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
         queue = self._queue
@@ -1168,6 +1189,10 @@ class Consumer:
             if owner.ack_timeouts is not None:
                 owner.ack_timeouts.add(info.position, info.redelivery_count, owner._loop.time())
         return msg
+
+    async def batch_receive(self) -> list[Message]:
+        """The next messages, as many as the ``batch_receive_policy`` allows (``batch_receive``)."""
+        return await collect(self, self._config.batch_receive_policy)
 
     def __aiter__(self) -> Consumer:
         return self
@@ -1208,7 +1233,10 @@ class Consumer:
             if owner is None:
                 raise ValueError("message does not belong to a consumer")
             return owner, info.position, message._index
-        candidates = self._by_partition.get(message.partition)
+        candidates = self._by_partition.get(message.partition())
+        if candidates is not None and len(candidates) > 1 and message.topic is not None:
+            # ``MessageId.deserialize(data, topic=...)`` says which topic, as in pulsar-client.
+            candidates = [p for p in candidates if p.topic == message.topic] or candidates
         if candidates is not None and len(candidates) == 1:
             part = candidates[0]
         elif candidates is None and len(self._parts) == 1:
@@ -1220,7 +1248,7 @@ class Consumer:
             )
         else:
             raise ValueError(f"message id {message} is not from a partition of {self._topic}")
-        return part, message.position, message.batch_index
+        return part, message.position, message.batch_index()
 
     async def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message; the entry is acked on the broker once all its messages are
@@ -1246,8 +1274,12 @@ class Consumer:
         owner, position, index = self._locate(message)
         owner.acknowledge_cumulative(position, index)
 
-    def negative_acknowledge(self, message: Message | MessageId) -> None:
-        """Redeliver this message's entry (with its whole batch) after ``negative_ack_redelivery_delay_ms``."""
+    async def negative_acknowledge(self, message: Message | MessageId) -> None:
+        """Redeliver this message's entry (with its whole batch) after ``negative_ack_redelivery_delay_ms``
+        (a coroutine, as ``pulsar.asyncio.Consumer.negative_acknowledge``; it completes at once)."""
+        self._negative_acknowledge(message)
+
+    def _negative_acknowledge(self, message: Message | MessageId) -> None:
         owner, position, _ = self._locate(message)
         count = message.redelivery_count() if isinstance(message, Message) else 0
         owner.negative_acknowledge(position, count)

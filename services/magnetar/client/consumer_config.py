@@ -30,11 +30,13 @@ Both stay None for a reader or any consumer without ``dead_letter_policy`` / ``r
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+from magnetar.client.batch_receive import ConsumerBatchReceivePolicy
 from magnetar.client.options import (
     ConsumerCryptoFailureAction,
     ConsumerDeadLetterPolicy,
@@ -70,9 +72,10 @@ class LetterProducer(Protocol):
 
     async def send(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
+        ordering_key: str | None = None,
         *,
         event_timestamp: int | None = None,
         deliver_after: timedelta | None = None,
@@ -108,23 +111,26 @@ class ConsumerConfig:
     negative_ack_redelivery_delay_ms: int = 60000
     # Sent in ``subscribe`` (WIRE.md R46b); the broker refuses it on Shared and Key_Shared.
     is_read_compacted: bool = False
-    # No-op: the wire has no consumer properties; they are kept here only.
+    # Sent in ``subscribe`` (WIRE.md R106): the consumer's ``metadata`` in subscription stats.
     properties: dict[str, str] | None = None
     pattern_auto_discovery_period: int = 60
     initial_position: InitialPosition = InitialPosition.Latest
     crypto_key_reader: Any = None
+    # No-op: there is no geo-replication, so no subscription state to replicate (as on a Pulsar
+    # cluster without replication).
     replicate_subscription_state_enabled: bool = False
     # Chunked messages (``chunking.ChunkAssembler``): incomplete ones buffered at most (0: no limit),
     # and whether the oldest is acknowledged (else left for redelivery) when one more arrives.
     max_pending_chunked_message: int = 10
     auto_ack_oldest_chunked_message_on_queue_full: bool = False
     start_message_id_inclusive: bool = False
-    batch_receive_policy: Any = None
+    # ``batch_receive``'s bounds (None: the C++ client's default policy).
+    batch_receive_policy: ConsumerBatchReceivePolicy | None = None
     key_shared_policy: ConsumerKeySharedPolicy | None = None
     batch_index_ack_enabled: bool = False
     regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly
     dead_letter_policy: ConsumerDeadLetterPolicy | None = None
-    # No-op: there is no encryption, so no decryption can fail.
+    # What to do with an entry that cannot be decrypted (``consumer_decryption``).
     crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL
     # ---- beyond pulsar-client
     retry_enable: bool = field(default=False, kw_only=True)
@@ -144,8 +150,14 @@ class ConsumerConfig:
         self.initial_position = InitialPosition(self.initial_position)
         self.regex_subscription_mode = RegexSubscriptionMode(self.regex_subscription_mode)
         self.crypto_failure_action = ConsumerCryptoFailureAction(self.crypto_failure_action)
+        if self.crypto_key_reader is not None and not callable(getattr(self.crypto_key_reader, "private_key", None)):
+            raise ValueError("Argument crypto_key_reader is expected to be of type 'CryptoKeyReader'")
         if not isinstance(self.subscription_name, str) or not self.subscription_name:
             raise ValueError("subscription_name must be a non-empty string")
+        if self.consumer_name is not None and not isinstance(self.consumer_name, str):
+            raise ValueError("Argument consumer_name is expected to be either None or of type 'str'")
+        if not self.consumer_name:  # as Pulsar's clients: a random name of five hex digits, sent to the broker
+            self.consumer_name = secrets.token_hex(3)[:5]
         timeout = self.unacked_messages_timeout_ms
         if timeout and timeout < MIN_UNACKED_MESSAGES_TIMEOUT_MS:
             raise ValueError(
@@ -167,6 +179,17 @@ class ConsumerConfig:
             raise ValueError("receiver_queue_size must be >= 0")
         if self.key_shared_policy is not None and not isinstance(self.key_shared_policy, ConsumerKeySharedPolicy):
             raise ValueError("key_shared_policy must be a ConsumerKeySharedPolicy")
+        if self.properties is not None and (
+            not isinstance(self.properties, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in self.properties.items())
+        ):
+            raise ValueError("Argument properties is expected to be either None or a dict of str to str")
+        if self.batch_receive_policy is not None and not isinstance(
+            self.batch_receive_policy, ConsumerBatchReceivePolicy
+        ):
+            raise ValueError(
+                "Argument batch_receive_policy is expected to be either None or of type 'ConsumerBatchReceivePolicy'"
+            )
         if self.dead_letter_policy is not None and not isinstance(self.dead_letter_policy, ConsumerDeadLetterPolicy):
             raise ValueError("dead_letter_policy must be a ConsumerDeadLetterPolicy")
         problem = self._unsupported()
@@ -183,15 +206,14 @@ class ConsumerConfig:
             return f"schema {type(self.schema).__name__} (only the bytes schema exists)"
         if self.message_listener is not None:
             return "message_listener"
-        if self.max_total_receiver_queue_size_across_partitions != 50000:
-            return "max_total_receiver_queue_size_across_partitions"
-        if self.crypto_key_reader is not None:
-            return "crypto_key_reader (there is no end-to-end encryption)"
-        if self.replicate_subscription_state_enabled:
-            return "replicate_subscription_state_enabled=True (there is no geo-replication)"
-        if self.batch_receive_policy is not None:
-            return "batch_receive_policy"
         return None
+
+    def queue_size_per_partition(self, partitions: int) -> int:
+        """Each partition consumer's receiver queue when one consumer has ``partitions`` of them: the C++
+        client's ``min(receiver_queue_size, max_total_receiver_queue_size_across_partitions // partitions)``."""
+        if partitions <= 1:
+            return self.receiver_queue_size
+        return max(1, min(self.receiver_queue_size, self.max_total_receiver_queue_size_across_partitions // partitions))
 
     @property
     def ack_timeout_enabled(self) -> bool:

@@ -6,9 +6,11 @@ regular expression. Every form ends up as one ``Consumer`` over the partitions o
 what the list and the pattern forms need beyond the single-topic one:
 
 - ``TopicPattern``: the namespace a pattern lists topics in, taken from its fixed prefix
-  (``persistent://tenant/namespace/``, or ``tenant/namespace/``, or none: ``public/default``), and
-  the match itself, ``re.fullmatch`` against the full topic name, as Pulsar's
-  ``PatternMultiTopicsConsumerImpl`` matches;
+  (``persistent://tenant/namespace/``, or ``tenant/namespace/``, or none: ``public/default``), the
+  domains listed (pulsar-client's ``RegexSubscriptionMode``: persistent topics only by default,
+  non-persistent only, or all; WIRE.md R107), and the match itself: ``re.fullmatch`` of the
+  pattern without its domain against ``tenant/namespace/topic``, as pulsar-client's pattern
+  consumer matches (the mode, not the pattern's domain, picks the domains);
 - ``PatternWatcher``: re-lists the namespace (``get_topics_of_namespace``, WIRE.md R20g) every
   ``pattern_auto_discovery_period`` seconds, subscribes the matching topics that appeared and drops
   the ones that are gone, on the live consumer. The list names a partitioned topic once, by its
@@ -24,46 +26,61 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable
 
+from magnetar.client.options import RegexSubscriptionMode
+from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import InvalidTopicName, MagnetarError
-from magnetar.protocol.topic_name import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName
+from magnetar.protocol.topic_name import DEFAULT_NAMESPACE, DEFAULT_TENANT, NON_PERSISTENT, PERSISTENT, TopicName
 
 log = logging.getLogger(__name__)
 
-PERSISTENT_PREFIX = "persistent://"
+# pulsar-client's RegexSubscriptionMode (by value: PersistentOnly, NonPersistentOnly, AllTopics)
+# as a ``get_topics_of_namespace`` mode.
+TOPICS_MODE_OF = {
+    RegexSubscriptionMode.PersistentOnly: cmds.TOPICS_PERSISTENT,
+    RegexSubscriptionMode.NonPersistentOnly: cmds.TOPICS_NON_PERSISTENT,
+    RegexSubscriptionMode.AllTopics: cmds.TOPICS_ALL,
+}
+# The domains each ``get_topics_of_namespace`` mode lists.
+_DOMAINS = {
+    cmds.TOPICS_PERSISTENT: (PERSISTENT,),
+    cmds.TOPICS_NON_PERSISTENT: (NON_PERSISTENT,),
+    cmds.TOPICS_ALL: (PERSISTENT, NON_PERSISTENT),
+}
 
 
 class TopicPattern:
     """A topic pattern: the namespace its topics are listed in, and the regular expression they must match."""
 
-    __slots__ = ("namespace", "regex")
+    __slots__ = ("mode", "namespace", "regex")
 
-    def __init__(self, namespace: str, regex: re.Pattern[str]) -> None:
+    def __init__(self, namespace: str, regex: re.Pattern[str], mode: str = cmds.TOPICS_PERSISTENT) -> None:
         self.namespace = namespace
         self.regex = regex
+        self.mode = mode
 
     @classmethod
-    def parse(cls, pattern: re.Pattern[str]) -> TopicPattern:
-        """Split ``pattern`` into its fixed ``tenant/namespace`` prefix and the full-name regex.
+    def parse(cls, pattern: re.Pattern[str], mode: str = cmds.TOPICS_PERSISTENT) -> TopicPattern:
+        """Split ``pattern`` into its fixed ``tenant/namespace`` prefix and the regex without domain.
 
-        A pattern without the ``persistent://`` domain is matched as if it had it, and one without a
-        ``tenant/namespace/`` prefix is in ``public/default``, as short topic names are. The tenant
-        and namespace are taken literally: a namespace cannot be a pattern (Pulsar lists one
-        namespace per pattern consumer).
+        A pattern without a ``tenant/namespace/`` prefix is in ``public/default``, as short topic
+        names are. Its domain (``persistent://`` or ``non-persistent://``), if any, is dropped: the
+        ``mode`` (a ``get_topics_of_namespace`` mode) says which domains are listed. The tenant and
+        namespace are taken literally: a namespace cannot be a pattern (Pulsar lists one namespace
+        per pattern consumer).
         """
         text = pattern.pattern
         if not isinstance(text, str):
             raise TypeError("a topic pattern must be a str pattern, not bytes")
+        if mode not in cmds.TOPICS_MODES:
+            raise ValueError(f"unknown topic listing mode {mode!r}")
         if "://" in text:
             domain, rest = text.split("://", 1)
-            if domain != "persistent":
-                raise InvalidTopicName(
-                    f"topic pattern {text!r}: only persistent topics can be subscribed to "
-                    "(RegexSubscriptionMode.PersistentOnly)"
-                )
-            full = text
+            if domain not in (PERSISTENT, NON_PERSISTENT):
+                raise InvalidTopicName(f"topic pattern {text!r}: the domain must be persistent:// or non-persistent://")
+            full = rest
         else:
             rest = text
-            full = PERSISTENT_PREFIX + (text if "/" in text else f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/{text}")
+            full = text if "/" in text else f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/{text}"
         parts = rest.split("/", 2)
         if len(parts) == 1 and "://" not in text:
             tenant, namespace = DEFAULT_TENANT, DEFAULT_NAMESPACE
@@ -76,21 +93,24 @@ class TopicPattern:
                 "'tenant/namespace/<regex>' or '<regex>'"
             )
         regex = pattern if full == text else re.compile(full, pattern.flags)
-        return cls(f"{tenant}/{namespace}", regex)
+        return cls(f"{tenant}/{namespace}", regex, mode)
 
     def matches(self, topic: str) -> bool:
-        return self.regex.fullmatch(topic) is not None
+        """Whether ``topic`` (a full name) is of a listed domain and matches the pattern."""
+        try:
+            name = TopicName.parse(topic)
+        except InvalidTopicName:
+            return False
+        if name.domain not in _DOMAINS[self.mode]:
+            return False
+        return self.regex.fullmatch(name.path) is not None
 
     def filter(self, topics: Iterable[str]) -> set[str]:
-        """The full names of the persistent topics in ``topics`` that match."""
+        """The full names of the topics in ``topics`` that match."""
         found: set[str] = set()
         for t in topics:
-            try:
-                name = str(TopicName.parse(t))
-            except InvalidTopicName:
-                continue
-            if self.matches(name):
-                found.add(name)
+            if self.matches(t):
+                found.add(str(TopicName.parse(t)))
         return found
 
 

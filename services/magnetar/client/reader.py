@@ -51,7 +51,7 @@ def start_for_partition(start: MessageId, partition: int) -> MessageId:
     id belongs to one partition: that partition starts there and the others at ``latest`` (an id is
     no position in another partition's log); Pulsar's Java reader starts the others at ``latest`` too.
     """
-    if partition < 0 or start == EARLIEST or start == LATEST or start.partition == partition:
+    if partition < 0 or start == EARLIEST or start == LATEST or start.partition() == partition:
         return start
     return LATEST
 
@@ -123,6 +123,10 @@ class Reader:
         except MagnetarError as exc:  # closed meanwhile: nothing left to move
             log.debug("reader ack on %s: %s", self._topic, exc)
 
+    def queued(self) -> int:
+        """How many messages ``read_next`` would return without waiting (the listener pool's runs)."""
+        return self._c.queued()
+
     async def read_next(self, timeout_millis: int | None = None) -> Message:
         """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
         return self._read(await self._c.receive(timeout_millis))
@@ -146,7 +150,7 @@ class Reader:
         if state.last_read is None and (state.start == LATEST or state.sought_by_time):
             last, mark_delete = await part.get_last_message_id()
             state.last_in_broker = last
-            if last.entry_id < 0:
+            if last.entry_id() < 0:
                 return False
             if self._inclusive and not state.sought_by_time:
                 # Pulsar's rule: an inclusive reader at `latest` reads the last message itself.
@@ -162,7 +166,7 @@ class Reader:
         return self._has_more(state, last)
 
     def _has_more(self, state: _PartitionState, last_in_broker: MessageId) -> bool:
-        if last_in_broker.entry_id < 0:
+        if last_in_broker.entry_id() < 0:
             return False
         if state.last_read is not None:
             return last_in_broker > state.last_read

@@ -65,6 +65,7 @@ class Dispatcher(ABC):
                 "unackedMessages": cons.unacked_messages if track_unacked else 0,
                 "msgOutCounter": cons.msg_out,
                 "priorityLevel": cons.priority_level,
+                "metadata": dict(cons.metadata),
                 **self.consumer_stats(cons),
             }
             for cons in self.consumers
