@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from magnetar.cli.config_file import apply_config_file
+from magnetar.cli.listener_flags import listener_settings
 from magnetar.cli.main import build_parser
 
 
@@ -86,3 +87,19 @@ def test_bookie_from_config_serves_health_ready_and_metrics(tmp_path: Path) -> N
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_advertised_listeners_take_the_pod_name_on_kubernetes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chart's ``broker.config`` reaches every broker pod's config file: ``{POD_NAME}`` gives each
+    pod its own in-cluster and outside address (README, Kubernetes: advertised listeners)."""
+    monkeypatch.setenv("POD_NAME", "magnetar-broker-1")
+    text = (
+        "advertisedListeners: 'internal:pulsar://{POD_NAME}.magnetar-broker-headless.magnetar.svc:6650,"
+        "external:pulsar://{POD_NAME}.brokers.example.com:6650'\ninternalListenerName: internal\n"
+    )
+    args = _args(tmp_path, text, "broker")
+    settings = listener_settings(args)  # type: ignore[arg-type]
+    assert settings["internal_listener_name"] == "internal"
+    listeners = settings["advertised_listeners"]
+    assert "magnetar-broker-1.magnetar-broker-headless.magnetar.svc:6650" in str(listeners["internal"])
+    assert "magnetar-broker-1.brokers.example.com:6650" in str(listeners["external"])

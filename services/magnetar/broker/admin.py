@@ -38,6 +38,7 @@ from magnetar.broker.auth.http import auth_middleware, outgoing_headers
 from magnetar.broker.auth.providers import authentication_for
 from magnetar.broker.authz.checks import authorizer_for
 from magnetar.broker.authz.http import authz_middleware
+from magnetar.broker.clusters_admin import add_cluster_routes
 from magnetar.broker.compaction.admin import add_compaction_routes
 from magnetar.broker.internal_stats import add_internal_stats_route
 from magnetar.broker.isolation_admin import add_isolation_routes
@@ -146,6 +147,8 @@ def peek_headers(msg: sa.PeekedMessage) -> dict[str, str]:
     if "pn" in meta:
         headers["X-Pulsar-producer-name"] = _header_value(str(meta["pn"]))
     headers["X-Pulsar-sequence-id"] = str(msg.sequence_id)
+    if msg.null_value:
+        headers["X-Pulsar-null-value"] = "true"  # as Pulsar's peek of a null-value message
     if msg.partition_key is not None:
         headers["X-Pulsar-partition-key"] = _header_value(msg.partition_key)
     if msg.properties:
@@ -208,6 +211,7 @@ class AdminServer:
         add_trim_route(self.app, self)  # POST .../{topic}/trim: trim_admin.py
         add_permission_routes(self.app, self.service)  # .../permissions, subscriptionAuthMode: permissions_admin.py
         add_isolation_routes(self.app, self.service)  # /admin/v2/clusters/...: isolation_admin.py
+        add_cluster_routes(self.app, self.service)  # /admin/v2/clusters/{cluster}: clusters_admin.py
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
@@ -401,15 +405,22 @@ class AdminServer:
         Like the binary lookup it assigns an unowned bundle; a broker that is not the one to own it
         asks the chosen broker over HTTP, so the answer is always the owner itself."""
         name = self._topic(request)
+        # R111: Pulsar's listenerName query parameter or X-Pulsar-ListenerName header
+        listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or None
         own = self.service.ownership
         if own is None:  # standalone: this broker serves everything
-            broker_url, web_url = self.service.broker_url, self.service.web_url
+            web_url = self.service.web_url
+            url, url_tls = self.service.own_lookup_urls(listener)
         else:
             info, redirect = await own.lookup(name)
             if redirect:
-                return await self._proxy("GET", info.web_url + request.path)
-            broker_url, web_url = info.broker_url, info.web_url
-        return web.json_response({"brokerUrl": broker_url, "nativeUrl": broker_url, "httpUrl": web_url})
+                return await self._proxy("GET", info.web_url + request.path_qs)
+            web_url = info.web_url
+            url, url_tls = info.lookup_urls(listener)
+        answer = {"brokerUrl": url, "nativeUrl": url, "httpUrl": web_url}
+        if url_tls:
+            answer["brokerUrlTls"] = url_tls
+        return web.json_response(answer)
 
     # ------------------------------------------------------------------ topics
     def _topic(self, request: web.Request) -> TopicName:

@@ -14,6 +14,9 @@ class BrokerConfig:
     port: int | None = 6650
     web_port: int | None = 8080
     advertised_address: str | None = None
+    # advertisedListeners (name -> (url, tls url)) and internalListenerName: advertised_listeners.py
+    advertised_listeners: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    internal_listener_name: str | None = None
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     # managedLedgerDefaultEnsembleSize / WriteQuorum / AckQuorum
     default_ensemble_size: int = 1

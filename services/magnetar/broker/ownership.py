@@ -22,8 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+from magnetar.broker.advertised_listeners import Listener, choose, from_doc, to_doc
 from magnetar.broker.isolation import NamespaceIsolation, NoBrokerAvailable
 from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
@@ -45,14 +48,26 @@ class BrokerInfo:
     # the JSON, so brokers of the same cluster with and without this field read each other.
     broker_url_tls: str | None = None
     web_url_tls: str | None = None
+    # advertisedListeners / internalListenerName (advertised_listeners.py); optional in the JSON too.
+    listeners: Mapping[str, Listener] = field(default_factory=dict, hash=False)
+    internal_listener: str | None = None
 
     def to_json(self) -> bytes:
-        doc = {"id": self.broker_id, "broker_url": self.broker_url, "web_url": self.web_url}
+        doc: dict[str, Any] = {"id": self.broker_id, "broker_url": self.broker_url, "web_url": self.web_url}
         if self.broker_url_tls:
             doc["broker_url_tls"] = self.broker_url_tls
         if self.web_url_tls:
             doc["web_url_tls"] = self.web_url_tls
+        if self.listeners:
+            doc["listeners"] = to_doc(self.listeners)
+            doc["internal_listener"] = self.internal_listener
         return json.dumps(doc).encode()
+
+    def lookup_urls(self, listener_name: str | None) -> tuple[str, str | None]:
+        """(url, tls_url) a lookup answers for this broker to a client that named ``listener_name`` (R110)."""
+        return choose(
+            self.broker_id, self.broker_url, self.broker_url_tls, self.listeners, self.internal_listener, listener_name
+        )
 
     @classmethod
     def from_json(cls, raw: bytes) -> BrokerInfo:
@@ -64,6 +79,8 @@ class BrokerInfo:
             str(doc["web_url"]),
             str(tls) if tls else None,
             str(web_tls) if web_tls else None,
+            from_doc(doc.get("listeners")),
+            str(doc["internal_listener"]) if doc.get("internal_listener") else None,
         )
 
 

@@ -26,12 +26,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from magnetar.broker.advertised_listeners import choose, internal_listener
 from magnetar.broker.compaction.controller import TopicCompaction, delete_compaction_state
 from magnetar.broker.compaction.monitor import run_monitor
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.expiry import PolicyChecks
 from magnetar.broker.isolation import NamespaceIsolation, watch_policy_changes
 from magnetar.broker.metrics import BrokerMetrics
+from magnetar.broker.missing_namespace import require_namespace_of
 from magnetar.broker.non_persistent_registry import NonPersistentTopics
 from magnetar.broker.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.ownership import BrokerInfo, Ownership
@@ -83,6 +85,9 @@ class BrokerService:
         # Non-persistent topics: no managed ledger, so not in ``topics`` (non_persistent_registry).
         self.non_persistent = NonPersistentTopics(self)
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
+        # Topics being closed by ``unload_topic``: loading one again waits until its managed ledger
+        # is closed (opened meanwhile, the two raced on its ledger list and its last ledger).
+        self._closing_topics: dict[str, asyncio.Future[None]] = {}
         self._port: int | None = None
         self._web_port: int | None = None
         self.port_tls: int | None = None  # the TLS listeners' ports, when there are any
@@ -162,6 +167,8 @@ class BrokerService:
                 self.web_url,
                 self.broker_url_tls,
                 self.web_url_tls,
+                self.config.advertised_listeners,
+                internal_listener(self.config.advertised_listeners, self.config.internal_listener_name),
             )
             isolation = NamespaceIsolation(self.store, self.cluster)
             self.ownership = Ownership(self.store, me, bundles=self.bundles, isolation=isolation)
@@ -214,23 +221,43 @@ class BrokerService:
         url, redirect, _ = await self.lookup_with_tls(name)
         return url, redirect
 
-    async def lookup_with_tls(self, name: TopicName) -> tuple[str, bool, str | None]:
-        """``lookup`` plus the named broker's TLS URL, when it has a TLS listener (WIRE.md R66)."""
+    async def lookup_with_tls(self, name: TopicName, listener_name: str | None = None) -> tuple[str, bool, str | None]:
+        """``lookup`` plus the named broker's TLS URL, when it has a TLS listener (WIRE.md R66).
+
+        The URLs are those of the advertised listener the client named, or the internal one
+        (``advertised_listeners.py``, WIRE.md R110)."""
         own = self.ownership
         if own is None:
             if self.closing:
                 raise ServiceNotReady("broker is shutting down")
-            return self.broker_url, False, self.broker_url_tls
+            url, url_tls = self.own_lookup_urls(listener_name)
+            return url, False, url_tls
         if self.closing:
             current = await own.owner(name)
             if current is not None and current.broker_id != own.me.broker_id:
-                return current.broker_url, False, current.broker_url_tls
+                url, url_tls = current.lookup_urls(listener_name)
+                return url, False, url_tls
             others = [b for b in await own.live_brokers() if b.broker_id != own.me.broker_id]
             if not others:
                 raise ServiceNotReady("broker is shutting down and no other broker is available")
-            return others[0].broker_url, True, others[0].broker_url_tls
+            url, url_tls = others[0].lookup_urls(listener_name)
+            return url, True, url_tls
         info, redirect = await own.lookup(name)
-        return info.broker_url, redirect, info.broker_url_tls
+        url, url_tls = info.lookup_urls(listener_name)
+        return url, redirect, url_tls
+
+    def own_lookup_urls(self, listener_name: str | None) -> tuple[str, str | None]:
+        """A standalone's answer: its own listener's URLs (advertised_listeners.py)."""
+        listeners = self.config.advertised_listeners
+        internal = internal_listener(listeners, self.config.internal_listener_name)
+        return choose(
+            f"{self.config.advertised_host}:{self.port}",
+            self.broker_url,
+            self.broker_url_tls,
+            listeners,
+            internal,
+            listener_name,
+        )
 
     async def ensure_owned(self, name: TopicName) -> None:
         """Raise ServiceNotReady unless this broker owns (or could just take) the topic's bundle."""
@@ -311,6 +338,10 @@ class BrokerService:
         pending = self._loading.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
+        closing = self._closing_topics.get(key)
+        if closing is not None:
+            await asyncio.shield(closing)
+            return await self.get_topic(name, create=create)
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[key] = fut
         try:
@@ -330,7 +361,7 @@ class BrokerService:
 
     async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
         await self.ensure_owned(name)
-        await self.resources.get_namespace(name.tenant, name.namespace)
+        await require_namespace_of(self.resources, name)  # TopicNotFound, as Pulsar answers
         record = await self.resources.get_topic(name)
         if record is not None and int(record[0].get("partitions", 0)) > 0:
             raise InvalidTopicName(f"{name} is a partitioned topic: use its partitions ({name}-partition-N)")
@@ -407,10 +438,16 @@ class BrokerService:
         topic = self.topics.pop(key, None)
         if topic is None:
             return
-        for conn in list(self.connections):
-            conn.topic_unloaded(key)
-        with contextlib.suppress(Exception):
-            await topic.close()
+        closed = self._closing_topics[key] = asyncio.get_running_loop().create_future()
+        try:
+            for conn in list(self.connections):
+                conn.topic_unloaded(key)
+            with contextlib.suppress(Exception):
+                await topic.close()
+        finally:
+            if self._closing_topics.get(key) is closed:
+                del self._closing_topics[key]
+            closed.set_result(None)
 
     async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
         """Delete a non-partitioned topic or one partition: its data, cursors and record."""

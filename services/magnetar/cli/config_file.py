@@ -82,6 +82,9 @@ KEYS: dict[str, dict[str, str]] = {
         "maxConcurrentLookupRequest": "max_concurrent_lookup_request",
         "preAuthenticationMaxFrameSize": "pre_authentication_max_frame_size",
         "preAuthenticationTimeoutSeconds": "pre_authentication_timeout_seconds",
+        # Advertised listeners (cli/listener_flags.py, broker/advertised_listeners.py)
+        "advertisedListeners": "advertised_listeners",
+        "internalListenerName": "internal_listener_name",
     },
     "bookie": {
         "metadataUrl": "metadata_url",

@@ -179,6 +179,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
     from magnetar.cli.auth_flags import auth_settings, check_auth_settings
     from magnetar.cli.limit_flags import limit_settings
+    from magnetar.cli.listener_flags import listener_settings
     from magnetar.node.standalone import Standalone, StandaloneConfig
 
     broker = BrokerConfig(
@@ -186,6 +187,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         port=args.port,
         web_port=args.web_port,
         advertised_address=args.advertised_address,
+        **listener_settings(args),
         **_policy_check_settings(args),
         **_dedup_settings(args),
         **_compaction_settings(args),
@@ -253,6 +255,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from magnetar.cli.auth_flags import auth_settings, check_auth_settings
     from magnetar.cli.bookie_security_flags import bookkeeper_client_settings, checked, client_security
     from magnetar.cli.limit_flags import limit_settings
+    from magnetar.cli.listener_flags import listener_settings
     from magnetar.node.broker import BrokerNode
 
     config = BrokerConfig(
@@ -260,6 +263,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         port=args.port,
         web_port=args.web_port,
         advertised_address=args.advertised_address,
+        **listener_settings(args),
         default_ensemble_size=args.ensemble_size,
         default_write_quorum=args.write_quorum,
         default_ack_quorum=args.ack_quorum,
@@ -311,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     from magnetar.cli.auth_flags import add_auth_flags
     from magnetar.cli.bookie_security_flags import add_bookie_server_flags, add_bookkeeper_client_flags
     from magnetar.cli.limit_flags import add_limit_flags
+    from magnetar.cli.listener_flags import add_listener_flags
     from magnetar.cli.tokens import add_tokens_command
 
     parser = argparse.ArgumentParser(prog="magnetar", description="Magnetar pub/sub messaging")
@@ -332,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_auth_flags(sa)
     _add_tls_flags(sa)
     add_limit_flags(sa)
+    add_listener_flags(sa)
     sa.set_defaults(func=cmd_standalone)
 
     bk = sub.add_parser("bookie", help="run one bookie")
@@ -372,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tls_flags(br)
     add_limit_flags(br)
     add_bookkeeper_client_flags(br)
+    add_listener_flags(br)
     br.set_defaults(func=cmd_broker, _parser=br)
 
     lc = sub.add_parser("local-cluster", help="etcd + N bookies + M brokers as child processes on loopback")

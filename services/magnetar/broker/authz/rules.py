@@ -4,7 +4,7 @@ Each route, by method and aiohttp route pattern, names a ``Rule``: who is asked 
 operation's name in Pulsar's refusal message.
 
 - ``SUPERUSER``: cluster-wide things (tenants' creation, change, deletion and listing; bookies;
-  namespace isolation policies). A route missing from this table is superuser-only too, so a
+  namespace isolation policies; a cluster's record). A route missing from this table is superuser-only too, so a
   new route can never be open by omission; test_authorization_routes.py walks the router of a
   running broker and fails for any route not listed here, so none stays unclassified.
 - ``TENANT``: a tenant's admins (``adminRoles``) or a superuser: the tenant's namespaces, its
@@ -79,6 +79,11 @@ RULES: dict[tuple[str, str], Rule] = {
     # clusters: Pulsar's ClustersBase.getClusters checks no role (any authenticated caller);
     # its namespace isolation policy routes are superuser-only (broker/isolation_admin.py)
     ("GET", "/admin/v2/clusters"): Rule(Kind.OPEN, "LIST_CLUSTERS"),
+    # a cluster's record (R113): Pulsar's cluster operations (GET_CLUSTER, CREATE_CLUSTER,
+    # UPDATE_CLUSTER) are a superuser's
+    ("GET", "/admin/v2/clusters/{cluster}"): SUPERUSER_ONLY,
+    ("PUT", "/admin/v2/clusters/{cluster}"): SUPERUSER_ONLY,
+    ("POST", "/admin/v2/clusters/{cluster}"): SUPERUSER_ONLY,
     ("GET", _ISOLATION): SUPERUSER_ONLY,
     ("GET", _ISOLATION + "/brokers"): SUPERUSER_ONLY,
     ("GET", _ISOLATION + "/brokers/{broker}"): SUPERUSER_ONLY,
