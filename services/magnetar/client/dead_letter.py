@@ -58,7 +58,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar.client.consumer_config import ConsumerConfig, LetterProducer
-from magnetar.protocol.errors import ConsumerBusy, MagnetarError, RetryableError, Unsupported
+from magnetar.protocol.errors import ConsumerBusy, CryptoError, MagnetarError, RetryableError, Unsupported
 from magnetar.protocol.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -101,6 +101,14 @@ def origin_key(properties: dict[str, str]) -> str | None:
     if topic is None or origin is None:
         return None
     return f"{topic} {origin}"
+
+
+def refuse_encrypted(message: Message, what: str) -> None:
+    """End-to-end encrypted messages are never republished: the letter producer would send the
+    decrypted payload in plaintext (it has no public key). ``CryptoError`` instead (WIRE.md R117):
+    a dead letter stays on its subscription, ``reconsume_later`` raises."""
+    if message.encryption_context() is not None:
+        raise CryptoError(f"{what} of an end-to-end encrypted message refused: it would be republished decrypted")
 
 
 def delay_millis(delay: timedelta | int) -> int:
@@ -182,6 +190,7 @@ class DeadLetters:
         Returns False when the origin was already in the dead letter topic (nothing published):
         either way the caller may now acknowledge the original. Raises when publishing failed.
         """
+        refuse_encrypted(message, "dead letter")
         dlq = await self._topic(dlq_topic)
         key = origin_key(properties)
         async with dlq.lock:
@@ -191,9 +200,10 @@ class DeadLetters:
                 return False
             assert dlq.producer is not None
             await dlq.producer.send(
-                message.data(),
+                None if message.has_null_value() else message.data(),  # a null value stays one
                 properties,
                 message.partition_key() if message.has_partition_key() else None,
+                message.ordering_key() or None,  # kept, as pulsar-client's C++ dead letter producer does
                 event_timestamp=message.event_timestamp() or None,
             )
             if key is not None:
@@ -265,9 +275,10 @@ class DeadLetters:
         self, retry_topic: str, message: Message, properties: dict[str, str], delay_ms: int
     ) -> None:
         """Publish ``message`` to the retry topic, to be delivered ``delay_ms`` from now."""
+        refuse_encrypted(message, "reconsume_later")
         producer = await self._retry_producer(retry_topic)
         await producer.send(
-            message.data(),
+            None if message.has_null_value() else message.data(),  # a null value stays one
             properties,
             message.partition_key() if message.has_partition_key() else None,
             event_timestamp=message.event_timestamp() or None,

@@ -15,7 +15,7 @@ specification.
 
 # No ``from __future__ import annotations`` here: TypedDict reads NotRequired[...] at runtime.
 
-from typing import Final, NotRequired, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 import msgpack
 
@@ -47,6 +47,11 @@ class EntryMeta(TypedDict):
     cn: NotRequired[int]  # number of chunks of the message
     ts: NotRequired[int]  # total size of the message's (compressed) payload, all chunks together
     cx: NotRequired[list[int]]  # batch indexes a compaction removed from this copy (WIRE.md R46c)
+    # End-to-end encryption (WIRE.md R114): ``payload`` is then AES-256-GCM ciphertext that only
+    # key holders open (``client.crypto``); ``crc`` covers the ciphertext.
+    ek: NotRequired[list[list[Any]]]  # [key name, wrapped data key, key metadata] per public key
+    ep: NotRequired[bytes]  # the AES-GCM nonce
+    ea: NotRequired[str]  # the algorithm, "AES-256-GCM"
 
 
 # The chunk keys of ``EntryMeta`` (``client.chunking`` writes and reads them; the broker leaves them alone).
@@ -54,6 +59,9 @@ META_CHUNK_UUID: Final = "uuid"
 META_CHUNK_ID: Final = "cid"
 META_NUM_CHUNKS: Final = "cn"
 META_TOTAL_CHUNK_SIZE: Final = "ts"
+# The key that marks an end-to-end encrypted entry (WIRE.md R114): its payload is ciphertext that
+# no server-side reader (compaction, peek, Spark) can decode.
+META_ENCRYPTION_KEYS: Final = "ek"
 
 
 def encode_entry(meta: EntryMeta, payload: bytes) -> bytes:
