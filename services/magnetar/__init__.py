@@ -16,8 +16,8 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     """Forward the client's public names (``magnetar.Client``, ``magnetar.Result``...)."""
-    if name == "asyncio":  # a real submodule (``from magnetar.asyncio import Client``), loaded on use
-        return importlib.import_module("magnetar.asyncio")
+    if name in ("asyncio", "exceptions"):  # real submodules (``magnetar.exceptions.Timeout``), loaded on use
+        return importlib.import_module(f"magnetar.{name}")
     if name.startswith("_") or name == "client":
         raise AttributeError(name)
     client = importlib.import_module("magnetar.client")

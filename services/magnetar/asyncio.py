@@ -5,7 +5,8 @@ written against it says ``from pulsar.asyncio import Client``. This module makes
 after ``import magnetar as pulsar``-style renaming: it is a real submodule (an attribute alone
 would satisfy ``magnetar.asyncio.Client`` but not the ``from ... import`` form, which the README
 promised and which raised ``ModuleNotFoundError``). The implementation lives in
-``magnetar.client.aio``; this module only re-exports it.
+``magnetar.client.aio``; this module only re-exports it. ``PulsarException`` is the one base of
+every client error (``pulsar.asyncio`` has its own, with ``error()``; ours has that too).
 
 It sits directly under ``services/magnetar/``, never on ``sys.path`` by itself, so it cannot
 shadow the standard library's ``asyncio``.
@@ -37,6 +38,7 @@ from magnetar.client.aio import (
     RegexSubscriptionMode,
     Result,
 )
+from magnetar.protocol.errors import PulsarException
 
 __all__ = [
     "BatchingType",
@@ -58,6 +60,7 @@ __all__ = [
     "Producer",
     "ProducerAccessMode",
     "ProducerQueueIsFull",
+    "PulsarException",
     "Reader",
     "RegexSubscriptionMode",
     "Result",

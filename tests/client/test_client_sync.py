@@ -22,7 +22,7 @@ def test_send_receive_ack_and_close(threaded_broker):
         consumer = client.subscribe("s", "sub", initial_position=InitialPosition.Earliest)
         producer = client.create_producer("s")
         mid = producer.send(b"hello", properties={"k": "v"})
-        assert mid == MessageId(7, 0, -1, 0)
+        assert mid == MessageId(-1, 7, 0, 0)
         msg = consumer.receive(timeout_millis=5000)
         assert (msg.data(), msg.properties(), msg.message_id()) == (b"hello", {"k": "v"}, mid)
         consumer.acknowledge(msg)
@@ -47,8 +47,8 @@ def test_send_async_callbacks_run_in_order_with_ok_and_batch_indexes(threaded_br
         producer.flush()
         assert done.wait(5)
     assert all(res is Result.Ok for res, _ in results)
-    assert [m for _, m in results][:2] == [MessageId(7, 0, -1, 0), MessageId(7, 0, -1, 1)]
-    assert results[1000][1] == MessageId(7, 1, -1, 0)  # batching_max_messages=1000
+    assert [m for _, m in results][:2] == [MessageId(-1, 7, 0, 0), MessageId(-1, 7, 0, 1)]
+    assert results[1000][1] == MessageId(-1, 7, 1, 0)  # batching_max_messages=1000
     assert sum(s["meta"]["n"] for s in broker.sent("send")) == 2500
 
 
@@ -74,7 +74,7 @@ def test_send_async_refuses_a_callback_that_is_not_callable_at_the_call(threaded
         producer = client.create_producer("s", batching_enabled=False)
         with pytest.raises(TypeError, match="callable"):
             producer.send_async(b"refused", callback)
-        assert producer.send(b"after") == MessageId(7, 0, -1, -1)  # nothing reserved or queued
+        assert producer.send(b"after") == MessageId(-1, 7, 0, -1)  # nothing reserved or queued
     assert [s["seq"] for s in broker.sent("send")] == [0]
 
 
@@ -94,17 +94,17 @@ def test_blocking_send_surfaces_errors(threaded_broker):
             producer.send(b"too big for the broker now")
 
 
-@pytest.mark.parametrize("content", ["text, not bytes", 42, None])
+@pytest.mark.parametrize("content", ["text, not bytes", 42, 1.5])
 def test_send_and_send_async_refuse_content_that_is_not_bytes_at_the_call(threaded_broker, content):
     # send_async used to queue it and fail on the client's loop thread, stalling the queue behind it.
     broker = threaded_broker.broker
     with Client(broker.url) as client:
         producer = client.create_producer("s", batching_enabled=False)
-        with pytest.raises(TypeError, match="must be bytes"):
+        with pytest.raises(TypeError, match="expected type is <class 'bytes'>"):
             producer.send_async(content, lambda result, msg_id: None)
-        with pytest.raises(TypeError, match="must be bytes"):
+        with pytest.raises(TypeError, match="expected type is <class 'bytes'>"):
             producer.send(content)
-        assert producer.send(b"after") == MessageId(7, 0, -1, -1)  # nothing reserved or queued
+        assert producer.send(b"after") == MessageId(-1, 7, 0, -1)  # nothing reserved or queued
     assert [s["seq"] for s in broker.sent("send")] == [0]
 
 
@@ -178,7 +178,7 @@ def test_a_message_listener_gets_every_message_and_receive_is_refused(threaded_b
 
     with Client(broker.url) as client:
         consumer = client.subscribe("s", "sub", message_listener=listener, initial_position=InitialPosition.Earliest)
-        with pytest.raises(magnetar.Unsupported):
+        with pytest.raises(magnetar.InvalidConfiguration):
             consumer.receive(timeout_millis=10)
         producer = client.create_producer("s", batching_enabled=False)
         for payload in (b"a", b"b", b"c"):
@@ -211,6 +211,6 @@ def test_consumer_seek_and_last_message_id_and_a_reader_listener(standalone, top
         reader = client.create_reader(topic, MessageId.earliest, reader_listener=on_message)
         assert done.wait(10)
         assert seen == [b"0", b"1", b"2"]
-        with pytest.raises(magnetar.Unsupported):
+        with pytest.raises(magnetar.InvalidConfiguration):
             reader.read_next(10)
         reader.close()

@@ -32,10 +32,13 @@ from magnetar.broker.auth.session import ConnectionAuth
 from magnetar.broker.auth.tls_provider import with_peer_certificate
 from magnetar.broker.authz import binary as authz
 from magnetar.broker.compaction import reads as compaction_reads
-from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.consumer import ServerConsumer, consumer_metadata
 from magnetar.broker.limits import ConnectionGuard, limits_for
+from magnetar.broker.missing_namespace import require_namespace_of
+from magnetar.broker.namespace_topics import topics_of_namespace
 from magnetar.broker.non_persistent_topic import NonPersistentSubscription, NonPersistentTopic
 from magnetar.broker.producer import ServerProducer
+from magnetar.broker.producer_access import access_mode_of, epoch_of, producer_metadata
 from magnetar.broker.rate_limit import ReadThrottle, publish_delay
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
@@ -53,6 +56,7 @@ from magnetar.protocol.errors import (
     InvalidCommand,
     MagnetarError,
     MessageTooLarge,
+    NotConnected,
     ProducerBusy,
     UnknownCommand,
     Unsupported,
@@ -363,7 +367,8 @@ class ServerConnection(asyncio.Protocol):
         async def run() -> None:
             try:
                 await authz.check_lookup(self.service, name, self.auth_role)  # R70
-                url, redirect, url_tls = await self.service.lookup_with_tls(name)
+                # R110: the addresses of the advertised listener the client named
+                url, redirect, url_tls = await self.service.lookup_with_tls(name, cmd.get("listener_name"))
             finally:
                 limits.lookup_done()
             self.write(c.lookup_response(cmd["rid"], url, redirect, url_tls))
@@ -378,7 +383,7 @@ class ServerConnection(asyncio.Protocol):
         async def run() -> None:
             try:
                 await authz.check_partitioned_metadata(self.service, name, self.auth_role)  # R70
-                await self.service.resources.get_namespace(name.tenant, name.namespace)
+                await require_namespace_of(self.service.resources, name)  # TopicNotFound, as Pulsar's
                 # Topic records belong to the persistent domain: a non-persistent topic is never partitioned.
                 partitions = await self.service.resources.partitions(name) if name.is_persistent else 0
             finally:
@@ -397,21 +402,40 @@ class ServerConnection(asyncio.Protocol):
             await authz.check_produce(self.service, name, self.auth_role)  # R71: before the topic loads
             topic = await self.service.get_any_topic(name)
             pname = cmd.get("producer_name") or f"standalone-{_NAME_TOKEN}-{self.id}-{pid}"
-            producer = ServerProducer(pid, pname, self.id)
-            last = -1
+            producer = ServerProducer(pid, pname, self.id, metadata=producer_metadata(cmd.get("metadata")))
+            mode, epoch = access_mode_of(cmd.get("access_mode")), epoch_of(cmd.get("epoch"))
             if isinstance(topic, PersistentTopic):
                 # Deduplication (dedup.py) answers with the recovered state, so wait for it; a
                 # producer is refused while a backlog quota is exceeded (backlog_quota.py).
                 topic.dedup.configure(self.service.config, topic.policies)
                 await topic.dedup.ready()
-                last = topic.dedup.last_sequence_id(pname)
                 await topic.backlog_quota.admit_producer(self.service.clock())
-            topic.add_producer(producer)
+            # Access modes (producer_access.py, R102-R103): may wait (WaitForExclusive) or fence others.
+            granted = await topic.access.admit(producer, mode, epoch, self._fence_elsewhere, lambda: not self._closed)
+            try:
+                if self._closed:  # the client went away while we waited
+                    raise NotConnected("connection closed")
+                topic.add_producer(producer)
+            except BaseException:
+                topic.access.removed(producer)
+                raise
+            last = topic.dedup.last_sequence_id(pname) if isinstance(topic, PersistentTopic) else -1
             self.producers[pid] = (producer, topic)
-            self.write(c.producer_success(cmd["rid"], pname, last))
+            self.write(c.producer_success(cmd["rid"], pname, last, topic_epoch=granted))
 
         self.guard.check_producer(len(self.producers))  # R88: maxProducersPerConnection
         self._spawn(cmd["rid"], self.guard.counting_producer(run()))
+
+    def _fence_elsewhere(self, producer: ServerProducer, exc: BaseException) -> None:
+        """An ``ExclusiveWithFencing`` producer took the topic: close ``producer`` on its connection."""
+        producer.fenced = exc  # whatever it still sends is refused
+        for conn in list(self.service.connections):
+            if conn.id == producer.connection_id:
+                entry = conn.producers.get(producer.producer_id)
+                if entry is not None and entry[0] is producer:
+                    del conn.producers[producer.producer_id]
+                    entry[1].remove_producer(producer)
+                    conn.write(c.close_producer_pushed(producer.producer_id))
 
     def _send(self, cmd: c.Send) -> None:
         pid = cmd["producer_id"]
@@ -486,6 +510,7 @@ class ServerConnection(asyncio.Protocol):
         inclusive = bool(cmd.get("start_inclusive", False))
         earliest = cmd.get("initial_position", "Latest") == "Earliest"
         read_compacted = bool(cmd.get("read_compacted", False))
+        metadata = consumer_metadata(cmd.get("properties"))  # R106
         if read_compacted:  # R46b: persistent topics, Exclusive and Failover only
             compaction_reads.check_read_compacted(name, sub_type)
 
@@ -502,6 +527,7 @@ class ServerConnection(asyncio.Protocol):
                 key_shared_mode=key_shared_mode,
                 key_ranges=key_ranges,
                 allow_out_of_order=bool(cmd.get("allow_out_of_order", False)),
+                metadata=metadata,
             )
             if durable:
                 sub = await topic.subscribe(sub_name, sub_type, consumer, earliest=earliest)
@@ -668,16 +694,19 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(cmd["rid"], run())
 
     def _get_topics_of_namespace(self, cmd: c.GetTopicsOfNamespace) -> None:
-        """R20g: answered from the metadata store, so any broker of a cluster can answer."""
+        """R20g, R107: any broker of a cluster can answer (``namespace_topics``)."""
         namespace = str(cmd["namespace"])
         parts = namespace.split("/")
         if len(parts) != 2 or not all(parts):
             raise InvalidCommand(f"namespace must be tenant/namespace, got {namespace!r}")
         check_namespace(*parts)  # R92
+        mode = str(cmd.get("mode", c.TOPICS_PERSISTENT))
+        if mode not in c.TOPICS_MODES:  # R107
+            raise InvalidCommand(f"mode must be one of {', '.join(c.TOPICS_MODES)}, got {mode[:40]!r}")
 
         async def run() -> None:
             await authz.check_topics_of_namespace(self.service, parts[0], parts[1], self.auth_role)  # R70
-            topics = await self.service.resources.persistent_topics(parts[0], parts[1])
+            topics = await topics_of_namespace(self.service, parts[0], parts[1], mode)
             self.write(c.topics_of_namespace_response(cmd["rid"], topics))
 
         self._spawn(cmd["rid"], run())

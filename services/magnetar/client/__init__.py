@@ -7,10 +7,16 @@ flavour is ``magnetar.client.aio``, also importable as ``magnetar.asyncio``. The
 Modules: ``connection`` (one per broker: reader task, rid table, coalesced writes), ``batch_builder``
 and ``producer`` (batching, key-based batching, delayed messages, receipts, timeouts, partition
 routing via ``routing``), ``consumer``, ``message`` and ``acks`` (receive queue, batch-index acks,
-permits), ``consumer_config`` (every ``subscribe`` option), ``redelivery`` (negative acks, ack
+permits), ``batch_receive`` (``batch_receive`` and its policy), ``listener_pool`` (the shared
+message listener threads), ``consumer_config`` (every ``subscribe`` option), ``redelivery`` (negative acks, ack
 timeouts) and ``dead_letter`` (dead letter and retry topics), ``reader`` (``create_reader``),
 ``multi_topic`` (topic lists and pattern subscriptions), ``aio`` (the asyncio ``Client``), ``sync``
-(the blocking wrapper), ``options`` and ``errors``.
+(the blocking wrapper), ``options`` and ``errors``; ``crypto`` and ``consumer_decryption``
+(end-to-end encryption: ``CryptoKeyReader``, ``EncryptionContext``, the failure actions) and
+``table_view`` (``create_table_view``). Client-wide: ``client_config`` (``io_threads``,
+``concurrent_lookup_requests``...), ``logger`` (``ConsoleLogger``, ``FileLogger``), ``stats``
+(``stats_interval_in_seconds``), ``http_lookup`` (``http://`` service URLs), ``service_info`` and
+``service_target`` (``ServiceInfoProvider``, ``AutoClusterFailover``, ``get_service_info``).
 
 Reconnection works as Pulsar's (``reconnect``): when a connection drops, the broker pushes
 ``close_producer`` / ``close_consumer``, or a ``producer`` / ``subscribe`` is answered
@@ -32,48 +38,63 @@ Where we differ from Pulsar, on purpose or for now:
 - the asyncio producer waits for room when ``max_pending_messages`` are in flight
   (``block_if_queue_full=True``); the blocking one defaults to Pulsar's ``False`` and reports
   ``ProducerQueueIsFull``;
-- ``send_async`` callbacks receive ``Result.Ok`` or the exception itself (``result_of(exc)`` gives
-  the Pulsar ``Result`` name);
+- ``send_async`` callbacks receive ``Result.Ok`` or the exception itself (``exc.error()`` or
+  ``result_of(exc)`` gives the Pulsar ``Result``); on a closed producer ``send_async`` raises
+  ``AlreadyClosed`` at the call (Pulsar: the callback gets it); every accepted one gets its callback
+  exactly once, also when the client is closed or shut down;
+- ``connection_timeout_ms`` ends the attempts to reach an unreachable broker with ``ConnectError``
+  even when the operation timeout is longer (``connect_deadline``);
 - ``receiver_queue_size=0`` behaves as 1 (no zero-queue consumer);
 - a partition key is routed by ``JavaStringHash`` by default (the Java client's default; the
   Python client's ``BoostHash`` is refused), ``Murmur3_32Hash`` with the keyword-only
   ``hashing_scheme``: both put a key on the partition a Java producer puts it on;
 - ``create_producer`` takes pulsar-client's arguments in its order, but batches by default
   (``batching_enabled=True``), turns batching off for ``chunking_enabled=True`` instead of
-  refusing the pair, keeps ``properties`` on the client only and starts every partition producer
-  at once (``lazy_start_partitioned_producers`` is accepted); ``schema`` other than bytes,
-  ``encryption_key``, ``crypto_key_reader`` and ``access_mode`` other than ``Shared`` raise
-  ``Unsupported``;
+  refusing the pair, and a ``schema`` other than bytes raises ``Unsupported``; ``access_mode`` is
+  enforced by the broker (``broker.producer_access``), but a second ``Exclusive`` producer gets
+  ``ProducerBusy`` (recent Pulsar brokers answer ``ProducerFenced``), and with
+  ``lazy_start_partitioned_producers`` partition 0 starts at creation even under
+  ``UseSinglePartition`` (``producer_start``);
 - partitions added to a topic are picked up every ``partitions_update_interval`` seconds (a
   keyword-only ``Client`` option, the C++ client's setting; pulsar-client's Python API has none),
   and a consumer subscribes an added partition from its earliest message;
-- a custom ``sequence_id`` reaches consumers (``Message.sequence_id()``), but the broker does not
-  deduplicate by it (it has no deduplication yet) and ``last_sequence_id()`` counts the producer's
-  own sequence; ``replication_clusters`` / ``disable_replication`` are accepted and ignored (no
-  geo-replication);
+- a custom ``sequence_id`` reaches consumers (``Message.sequence_id()``) and is what deduplication
+  keys on; with deduplication on, a producer created again under the same name continues from the
+  broker's ``last_sequence_id()``; ``replication_clusters`` / ``disable_replication`` are accepted
+  and ignored (no geo-replication);
 - a default batch of messages with different keys is routed (Key_Shared) by the first key in it,
   even when its first message has none;
-- ``subscribe`` options that Magnetar does not implement (a schema other than bytes,
-  ``max_total_receiver_queue_size_across_partitions``, ``crypto_key_reader``,
-  ``replicate_subscription_state_enabled``, ``batch_receive_policy``, a ``regex_subscription_mode``
-  other than ``PersistentOnly``) raise ``Unsupported`` unless left at their defaults;
+- a ``subscribe`` schema other than bytes raises ``Unsupported``;
+  ``replicate_subscription_state_enabled`` and ``broker_consumer_stats_cache_time_ms`` are accepted
+  and have no effect (no geo-replication, no consumer stats call); ``batch_receive`` and
+  ``get_last_message_id`` are on the asyncio consumer too (``batch_receive``);
 - beyond pulsar-client, ``subscribe`` takes the keyword-only ``retry_enable`` (also reading
   ``{topic}-{subscription}-RETRY``, as Java's client; not for a pattern),
   ``negative_ack_redelivery_backoff``, ``ack_timeout_redelivery_backoff``,
   ``ack_timeout_tick_time_ms`` and ``priority_level``; the asyncio ``subscribe`` also takes a
   compiled pattern and ``pattern_auto_discovery_period`` (keyword-only), and has ``create_reader``;
-- ``message_listener`` / ``reader_listener`` run on a thread of each consumer's / reader's own
-  (Pulsar shares ``message_listener_threads``), and ``receive`` / ``read_next`` then raise
-  ``Unsupported`` (Pulsar: ``InvalidConfiguration``);
+- ``message_listener`` / ``reader_listener`` run on the client's shared ``message_listener_threads``
+  as in Pulsar (``listener_pool``); a paused listener may be called once more, for a message
+  already handed to its thread;
 - a reader of a partitioned topic started at a concrete message id starts that id's partition there
   and every other partition at ``MessageId.latest``;
-- ``Client`` takes pulsar-client's arguments in its order (``auth``, ``tls``): ``io_threads``,
-  ``message_listener_threads``, ``concurrent_lookup_requests``, ``log_conf_file_path``,
-  ``stats_interval_in_seconds`` and ``logger`` have no effect, ``listener_name`` raises
-  ``Unsupported``; a failed TLS handshake raises ``ConnectError`` and refused credentials
-  ``AuthenticationError`` at once; ``AuthenticationTLS`` presents a client certificate whose CN is
+- ``Client`` takes pulsar-client's arguments in its order (``auth``, ``tls``, ``client_config``):
+  ``io_threads`` is checked but one event loop serves every connection, ``log_conf_file_path`` has
+  no effect (deprecated in pulsar-client too), the ``logger`` option redirects the process-wide
+  ``magnetar.client`` logger (``logger``), the statistics lines carry fewer counters than the C++
+  client's (``stats``), ``AutoClusterFailover`` probes with a TCP connection and is a
+  ``ServiceInfoProvider`` subclass (``service_info``); a failed TLS handshake raises
+  ``ConnectError`` and refused credentials ``AuthenticationError`` at once; ``AuthenticationTLS``
+  presents a client certificate whose CN is
   the role (the broker's ``tls`` provider), and ``AuthenticationOauth2`` /
-  ``AuthenticationBasic`` / ``AuthenticationAthenz`` / ``Authentication`` raise ``Unsupported``.
+  ``AuthenticationBasic`` / ``AuthenticationAthenz`` / ``Authentication`` raise ``Unsupported``;
+- end-to-end encryption uses Magnetar's cipher suite (AES-256-GCM, RSA-OAEP / ECDH+HKDF key
+  wrapping) on Pulsar's PEM key files, so entries are not readable by Pulsar clients, and an
+  encrypted message is never republished to a dead letter or retry topic (it would go in plaintext);
+- ``MessageId.serialize()`` is Magnetar's text form, not Pulsar's protobuf; ``send(None)`` is a
+  null value (pulsar-client's bytes schema refuses it); ``MessageBatch`` is absent.
+
+The README's "Coming from Pulsar" keeps the complete list, each difference with its reason.
 """
 
 from magnetar.client.auth import (
@@ -84,6 +105,8 @@ from magnetar.client.auth import (
     AuthenticationTLS,
     AuthenticationToken,
 )
+from magnetar.client.batch_receive import ConsumerBatchReceivePolicy
+from magnetar.client.crypto import CryptoKeyReader, EncryptionContext, EncryptionKey
 from magnetar.client.errors import (
     AlreadyClosed,
     ChecksumError,
@@ -100,6 +123,7 @@ from magnetar.client.errors import (
     TopicNotFound,
     Unsupported,
 )
+from magnetar.client.logger import ConsoleLogger, FileLogger, LoggerLevel
 from magnetar.client.message import Message
 from magnetar.client.options import (
     BatchingType,
@@ -118,9 +142,46 @@ from magnetar.client.options import (
     Result,
     result_of,
 )
+from magnetar.client.service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from magnetar.client.sync import Client, Consumer, Producer, Reader
-from magnetar.client.tls import ConnectError
-from magnetar.protocol.errors import AuthenticationError, AuthorizationError
+from magnetar.client.table_view import TableView
+from magnetar.protocol.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    BrokerMetadataError,
+    BrokerPersistenceError,
+    ConnectError,
+    ConsumerAssignError,
+    ConsumerNotFound,
+    ConsumerNotInitialized,
+    CryptoError,
+    ErrorGettingAuthenticationData,
+    IncompatibleSchema,
+    Interrupted,
+    InvalidConfiguration,
+    InvalidMessage,
+    InvalidTopicName,
+    InvalidTxnStatusError,
+    InvalidUrl,
+    LookupError,
+    MemoryBufferIsFull,
+    MessageTooBig,
+    NotAllowedError,
+    OperationNotSupported,
+    ProducerFenced,
+    ProducerNotInitialized,
+    PulsarException,
+    ReadError,
+    ServiceUnitNotReady,
+    SubscriptionNotFound,
+    TooManyLookupRequestException,
+    TopicTerminated,
+    TransactionConflict,
+    TransactionCoordinatorNotFoundError,
+    TransactionNotFound,
+    UnknownError,
+    UnsupportedVersionError,
+)
 from magnetar.protocol.message_id import MessageId
 
 __all__ = [
@@ -133,21 +194,26 @@ __all__ = [
     "AuthenticationTLS",
     "AuthenticationToken",
     "AuthorizationError",
+    "AutoClusterFailover",
     "BatchingType",
     "ChecksumError",
     "Client",
     "CompressionType",
     "ConnectError",
+    "ConsoleLogger",
     "Consumer",
+    "ConsumerBatchReceivePolicy",
     "ConsumerBusy",
     "ConsumerCryptoFailureAction",
     "ConsumerDeadLetterPolicy",
     "ConsumerKeySharedPolicy",
     "ConsumerType",
     "CumulativeAcknowledgementNotAllowedError",
+    "FileLogger",
     "HashingScheme",
     "InitialPosition",
     "KeySharedMode",
+    "LoggerLevel",
     "MagnetarError",
     "Message",
     "MessageId",
@@ -164,8 +230,52 @@ __all__ = [
     "Reader",
     "RegexSubscriptionMode",
     "Result",
+    "ServiceInfo",
+    "ServiceInfoProvider",
     "Timeout",
     "TopicNotFound",
     "Unsupported",
     "result_of",
 ]
+
+# pulsar.exceptions: every Pulsar exception class is also a top-level name, as in pulsar-client.
+__all__ += [
+    "BrokerMetadataError",
+    "BrokerPersistenceError",
+    "ConsumerAssignError",
+    "ConsumerNotFound",
+    "ConsumerNotInitialized",
+    "CryptoError",
+    "ErrorGettingAuthenticationData",
+    "IncompatibleSchema",
+    "Interrupted",
+    "InvalidConfiguration",
+    "InvalidMessage",
+    "InvalidTopicName",
+    "InvalidTxnStatusError",
+    "InvalidUrl",
+    "LookupError",
+    "MemoryBufferIsFull",
+    "MessageTooBig",
+    "NotAllowedError",
+    "OperationNotSupported",
+    "ProducerFenced",
+    "ProducerNotInitialized",
+    "PulsarException",
+    "ReadError",
+    "ServiceUnitNotReady",
+    "SubscriptionNotFound",
+    "TooManyLookupRequestException",
+    "TopicTerminated",
+    "TransactionConflict",
+    "TransactionCoordinatorNotFoundError",
+    "TransactionNotFound",
+    "UnknownError",
+    "UnsupportedVersionError",
+]
+
+# End-to-end encryption (``crypto``).
+__all__ += ["CryptoKeyReader", "EncryptionContext", "EncryptionKey"]
+
+# The latest value per key of a topic (``table_view``).
+__all__ += ["TableView"]

@@ -34,14 +34,18 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from magnetar.client.acks import FlowPermits
+from magnetar.client.arguments import check_producer_arguments, check_subscribe_arguments
 from magnetar.client.auth import Authentication
-from magnetar.client.connection import Connection, is_tls_url, normalize_url, service_urls
+from magnetar.client.client_config import ClientSettings
+from magnetar.client.connect_deadline import as_connect_error, give_up_at
+from magnetar.client.connection import Connection, is_tls_url, normalize_url
 from magnetar.client.consumer import Consumer, PartitionConsumer
 from magnetar.client.consumer_config import ConsumerConfig
 from magnetar.client.dead_letter import retry_letter_topic
 from magnetar.client.errors import ProducerQueueIsFull
 from magnetar.client.message import Message
-from magnetar.client.multi_topic import PatternWatcher, TopicPattern
+from magnetar.client.multi_topic import TOPICS_MODE_OF, PatternWatcher, TopicPattern
 from magnetar.client.options import (
     BatchingType,
     CompressionType,
@@ -61,10 +65,13 @@ from magnetar.client.options import (
 )
 from magnetar.client.partition_updates import DEFAULT_PARTITIONS_UPDATE_INTERVAL, PartitionsUpdater
 from magnetar.client.producer import PartitionProducer, Producer, ProducerConfig
+from magnetar.client.producer_start import starts_lazily
 from magnetar.client.reader import Reader, reader_subscription_name, start_for_partition
 from magnetar.client.reconnect import Backoff
 from magnetar.client.routing import MessageRouter
-from magnetar.client.tls import TlsOptions
+from magnetar.client.service_info import ServiceInfo, ServiceInfoProvider, as_provider
+from magnetar.client.service_target import ServiceTarget, TlsSettings
+from magnetar.client.shutdown import abandon_now
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import (
     AlreadyClosed,
@@ -73,7 +80,6 @@ from magnetar.protocol.errors import (
     RetryableError,
     ServiceNotReady,
     Timeout,
-    Unsupported,
 )
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.topic_name import TopicName
@@ -130,7 +136,7 @@ class Client:
 
     def __init__(
         self,
-        service_url: str = DEFAULT_SERVICE_URL,
+        service_url: str | ServiceInfoProvider = DEFAULT_SERVICE_URL,
         *,
         authentication: Authentication | None = None,
         use_tls: bool = False,
@@ -146,29 +152,48 @@ class Client:
         max_backoff_interval_ms: int = 30000,
         keep_alive_interval_seconds: float = 30,
         partitions_update_interval: float = DEFAULT_PARTITIONS_UPDATE_INTERVAL,
+        io_threads: int = 1,
+        message_listener_threads: int = 1,
+        concurrent_lookup_requests: int = 50000,
+        log_conf_file_path: str | None = None,
+        stats_interval_in_seconds: int = 600,
+        logger: Any = None,
+        listener_name: str | None = None,
     ) -> None:
-        self._tls = bool(use_tls) or is_tls_url(service_url)
-        self._service_urls = service_urls(service_url, tls=self._tls)
         if authentication is not None and not isinstance(authentication, Authentication):
             raise ValueError("authentication must be an Authentication (e.g. AuthenticationToken)")
-        self._auth = authentication
-        certificate, key = tls_certificate_file_path, tls_private_key_file_path
-        if certificate is None and key is None:  # AuthenticationTLS carries the client certificate
-            certificate = getattr(authentication, "certificate_path", None)
-            key = getattr(authentication, "private_key_path", None)
-        # Built now, so a bad path fails here rather than at the first connection.
-        self._ssl = (
-            TlsOptions(
-                tls_trust_certs_file_path,
-                tls_allow_insecure_connection,
-                tls_validate_hostname,
-                certificate,
-                key,
-            ).context()
-            if self._tls
-            else None
+        # pulsar-client's client-wide options (client_config.py); the provider / URL (service_target.py).
+        self._settings = ClientSettings(
+            io_threads=io_threads,
+            message_listener_threads=message_listener_threads,
+            concurrent_lookup_requests=concurrent_lookup_requests,
+            log_conf_file_path=log_conf_file_path,
+            stats_interval_in_seconds=stats_interval_in_seconds,
+            logger=logger,
+            listener_name=listener_name,
         )
-        self._service_index = 0
+        self._provider = as_provider(service_url)
+        info = (
+            self._provider.initial_service_info()
+            if self._provider is not None
+            else ServiceInfo(str(service_url), authentication, tls_trust_certs_file_path)
+        )
+        self._tls_settings = TlsSettings(
+            bool(use_tls),
+            tls_trust_certs_file_path,
+            tls_allow_insecure_connection,
+            tls_validate_hostname,
+            tls_certificate_file_path,
+            tls_private_key_file_path,
+        )
+        self._default_auth = authentication
+        self._apply_target(
+            ServiceTarget.resolve(
+                info, self._tls_settings, default_auth=authentication, timeout=float(operation_timeout_seconds)
+            )
+        )
+        self._pending_info: ServiceInfo | None = None  # pushed by the provider, applied on the loop
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._op_timeout = float(operation_timeout_seconds)
         self._connect_timeout = connection_timeout_ms / 1000.0
         self._max_redirects = max_lookup_redirects
@@ -178,6 +203,7 @@ class Client:
         self._conns: dict[str, asyncio.Future[Connection]] = {}
         self._ids = itertools.count(1)
         self._producers: list[Producer] = []
+        self._background: set[asyncio.Task[None]] = set()  # a shutdown() under way (keeps its task alive)
         self._consumers: list[Consumer] = []
         self._watchers: list[PatternWatcher] = []
         if partitions_update_interval < 0:
@@ -187,6 +213,69 @@ class Client:
         self._closed = False
         # The wait between attempts; tests swap in a recorder instead of sleeping for real.
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self._settings.start(lambda: self._producers, lambda: self._consumers)
+
+    # ---------------------------------------------------------------- which cluster (service_info.py)
+
+    def _apply_target(self, target: ServiceTarget) -> None:
+        """Dial ``target``'s brokers (or ask its HTTP lookup) from now on."""
+        self._target = target
+        self._tls = target.tls
+        self._service_urls = target.service_urls
+        self._ssl = target.ssl_context
+        self._auth = target.auth
+        self._service_index = 0
+
+    def get_service_info(self) -> ServiceInfo:
+        """The ``ServiceInfo`` of the cluster this client uses now (pulsar-client 3.x's ``get_service_info``)."""
+        return self._target.info
+
+    def _on_service_info(self, info: ServiceInfo) -> None:
+        """The provider's update callback; any thread may call it."""
+        if not isinstance(info, ServiceInfo):
+            log.warning("ignoring a service info update that is not a ServiceInfo: %r", info)
+            return
+        self._pending_info = info
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._switch_service)
+
+    def _switch_service(self) -> None:
+        """Switch to the provider's latest ``ServiceInfo``: new lookups go there, open connections are closed."""
+        info, self._pending_info = self._pending_info, None
+        if info is None or self._closed or info == self._target.info:
+            return
+        try:
+            target = ServiceTarget.resolve(
+                info, self._tls_settings, default_auth=self._default_auth, timeout=self._op_timeout
+            )
+        except (MagnetarError, ValueError, OSError) as exc:
+            log.error("cannot switch to %r: %s", info, exc)
+            return
+        log.info("switching from %s to %s", self._target.info.service_url, info.service_url)
+        self._apply_target(target)
+        conns = [f.result() for f in self._conns.values() if f.done() and not f.cancelled() and f.exception() is None]
+        self._conns.clear()
+        for conn in conns:  # producers and consumers reconnect, looking their topics up on the new cluster
+            conn.close()
+
+    def _on_loop(self) -> None:
+        """First use on the client's loop: start the statistics and the provider's watch."""
+        if self._loop is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._settings.on_loop()
+        if self._provider is not None:
+            self._provider.initialize(self._on_service_info)
+
+    @property
+    def message_listener_threads(self) -> int:
+        """pulsar-client's ``message_listener_threads``: the size of the listener pool."""
+        return self._settings.message_listener_threads
+
+    @property
+    def listener_name(self) -> str | None:
+        return self._settings.listener_name
 
     async def __aenter__(self) -> Client:
         return self
@@ -199,6 +288,10 @@ class Client:
     @property
     def operation_timeout(self) -> float:
         return self._op_timeout
+
+    @property
+    def connect_timeout(self) -> float:
+        return self._connect_timeout
 
     def next_id(self) -> int:
         """A producer/consumer id, unique on every connection of this client (one per registration)."""
@@ -216,6 +309,10 @@ class Client:
         """The pooled connection to ``url``, opened (once, even if many ask at once) when needed."""
         if self._closed:
             raise AlreadyClosed("client is closed")
+        if self._loop is None:
+            self._on_loop()
+        if self._pending_info is not None:
+            self._switch_service()
         key = normalize_url(url)
         fut = self._conns.get(key)
         if fut is not None:
@@ -269,14 +366,29 @@ class Client:
         redirect loop longer than ``max_lookup_redirects`` raises ``ServiceNotReady``, which is
         retryable: ownership may be moving, and the caller's backoff loop asks again later.
         """
-        conn = await self._service_connection()
-        for _ in range(self._max_redirects + 1):
-            answer: cmds.LookupResponse = await conn.request(cmds.lookup(topic))
-            target = await self._connection(self._answered_url(answer, conn))
-            if not answer.get("redirect"):
-                return target
-            conn = target
+        async with self._lookup_slot():
+            http = self._target.http
+            if http is not None:  # an http(s):// service URL: the owner over the admin API (http_lookup.py)
+                found = await http.lookup(topic, self._settings.listener_name)
+                return await self._connection(str((self._tls and found.get("broker_url_tls")) or found["broker_url"]))
+            conn = await self._service_connection()
+            for _ in range(self._max_redirects + 1):
+                answer: cmds.LookupResponse = await conn.request(
+                    cmds.lookup(topic, listener_name=self._settings.listener_name)  # R110
+                )
+                target = await self._connection(self._answered_url(answer, conn))
+                if not answer.get("redirect"):
+                    return target
+                conn = target
         raise ServiceNotReady(f"lookup of {topic} was redirected more than {self._max_redirects} times")
+
+    def _lookup_slot(self) -> asyncio.Semaphore:
+        """One of the ``concurrent_lookup_requests`` slots; first starts what needs the loop, or switches cluster."""
+        if self._loop is None:
+            self._on_loop()
+        if self._pending_info is not None:
+            self._switch_service()
+        return self._settings.lookup_slots
 
     def _answered_url(self, answer: cmds.LookupResponse, asked: Connection) -> str:
         """The URL to dial for a lookup answer: its ``broker_url_tls`` when this client uses TLS.
@@ -304,8 +416,11 @@ class Client:
             return 0  # a single partition named directly
 
         async def ask() -> int:
-            conn = await self._service_connection()
-            answer: cmds.PartitionedMetadataResponse = await conn.request(cmds.partitioned_metadata(str(topic)))
+            async with self._lookup_slot():
+                if self._target.http is not None:
+                    return await self._target.http.partitions(str(topic))
+                conn = await self._service_connection()
+                answer: cmds.PartitionedMetadataResponse = await conn.request(cmds.partitioned_metadata(str(topic)))
             return int(answer.get("partitions") or 0)
 
         return await self._retrying(ask, f"partition metadata of {topic}")
@@ -313,15 +428,19 @@ class Client:
     async def _retrying(self, ask: Callable[[], Awaitable[T]], what: str) -> T:
         """``ask()``, again with backoff after each retryable error, until the operation timeout."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._op_timeout
+        started = loop.time()
+        deadline = started + self._op_timeout
         backoff = self.new_backoff()
         while True:
             try:
                 return await ask()
             except RetryableError as exc:
                 delay = backoff.next()
-                if loop.time() + delay >= deadline:
-                    raise
+                if loop.time() + delay >= give_up_at(exc, started, deadline, self._connect_timeout):
+                    error = as_connect_error(exc)  # connect_deadline.py: ConnectError, as Pulsar's
+                    if error is exc:
+                        raise
+                    raise error from exc
                 log.info("%s: %s; retrying in %.3fs", what, exc, delay)
                 await self.sleep(delay)
 
@@ -375,6 +494,7 @@ class Client:
         ``await send_async(...)``. On a partitioned topic the producer attaches to partitions added
         later within ``partitions_update_interval`` (a ``Client`` option).
         """
+        check_producer_arguments(locals())  # pulsar-client's ValueErrors (arguments.py)
         config = ProducerConfig(
             producer_name=producer_name,
             schema=schema,
@@ -415,6 +535,10 @@ class Client:
 
         async def one(target: str, index: int) -> PartitionProducer:
             part = PartitionProducer(self, target, index, config)
+            lazy = starts_lazily(config.lazy_start_partitioned_producers, config.access_mode, index)
+            if lazy and target != str(name):
+                part.lazy = True  # registers on its first batch (producer_start)
+                return part
             await part.attach_first()
             return part
 
@@ -522,15 +646,8 @@ class Client:
         With ``retry_enable`` the consumer also reads its retry topic,
         ``{first topic}-{subscription}-RETRY`` (not for a pattern, as in Pulsar's Java client).
         """
+        check_subscribe_arguments(locals())  # pulsar-client's ValueErrors (arguments.py)
         pattern = _topic_pattern(topic, is_pattern_topic)
-        if (
-            pattern is not None
-            and RegexSubscriptionMode(regex_subscription_mode) != RegexSubscriptionMode.PersistentOnly
-        ):
-            raise Unsupported(
-                f"{RegexSubscriptionMode(regex_subscription_mode)} is not supported: "
-                "Magnetar has persistent topics only"
-            )
         config = ConsumerConfig(
             subscription_name,
             consumer_type,
@@ -630,6 +747,7 @@ class Client:
                 start_message_id=None if start is None else start(index if partitioned else -1),
                 start_inclusive=inclusive if start is not None else False,
             )
+            part.permits = FlowPermits(config.queue_size_per_partition(len(consumer._parts) + len(targets)))
             await part.attach_first()
             return part
 
@@ -637,8 +755,9 @@ class Client:
         return await self._create_all([one(t, i, partitioned) for t, i, partitioned in targets])
 
     async def _subscribe_pattern(self, pattern: re.Pattern[str], config: ConsumerConfig) -> Consumer:
-        topic_pattern = TopicPattern.parse(pattern)
-        topics = sorted(topic_pattern.filter(await self._topics_of_namespace(topic_pattern.namespace)))
+        mode = TOPICS_MODE_OF[config.regex_subscription_mode]
+        topic_pattern = TopicPattern.parse(pattern, mode)
+        topics = sorted(topic_pattern.filter(await self._topics_of_namespace(topic_pattern.namespace, mode)))
         consumer = await self._subscribe(pattern.pattern, topics, config)
 
         async def add(new: list[str]) -> list[str]:
@@ -668,7 +787,7 @@ class Client:
             topic_pattern,
             config.pattern_auto_discovery_period,
             topics,
-            list_topics=self._topics_of_namespace,
+            list_topics=lambda namespace: self._topics_of_namespace(namespace, mode),
             add_topics=add,
             remove_topics=remove,
             is_closed=lambda: _is_closed(consumer),
@@ -677,12 +796,16 @@ class Client:
         self._watchers.append(watcher)
         return consumer
 
-    async def _topics_of_namespace(self, namespace: str) -> list[str]:
-        """The persistent topics of ``tenant/namespace`` (a partitioned one once, by its own name)."""
+    async def _topics_of_namespace(self, namespace: str, mode: str = cmds.TOPICS_PERSISTENT) -> list[str]:
+        """The topics of ``tenant/namespace`` in ``mode``'s domains (a partitioned one once, by its own name)."""
 
         async def ask() -> list[str]:
+            if self._target.http is not None:
+                return await self._target.http.topics_of_namespace(namespace, mode)
             conn = await self._service_connection()
-            answer: cmds.TopicsOfNamespaceResponse = await conn.request(cmds.get_topics_of_namespace(namespace))
+            answer: cmds.TopicsOfNamespaceResponse = await conn.request(
+                cmds.get_topics_of_namespace(namespace, mode=mode)
+            )
             return [str(t) for t in answer.get("topics") or ()]
 
         return await self._retrying(ask, f"topics of {namespace}")
@@ -782,6 +905,19 @@ class Client:
 
     # ---------------------------------------------------------------- closing
 
+    def shutdown(self) -> None:
+        """Close everything now, without waiting for the broker (``pulsar.asyncio.Client.shutdown``,
+        not a coroutine): pending sends fail with ``AlreadyClosed`` at once (``shutdown.py``)."""
+        abandon_now(self._producers, list(self._conns.values()))
+        task = asyncio.get_running_loop().create_task(self.close())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def shutdown_now(self) -> None:
+        """``shutdown`` that can be awaited: returns once everything is closed."""
+        abandon_now(self._producers, list(self._conns.values()))
+        await self.close()
+
     async def close(self) -> None:
         """Close every producer (flushing) and consumer (acks durable), then the connections."""
         if self._closed:
@@ -807,6 +943,9 @@ class Client:
             conn.close()
         for conn in conns:
             await conn.wait_closed()
+        if self._provider is not None:  # stops its watch (a thread of its own for AutoClusterFailover)
+            await asyncio.get_running_loop().run_in_executor(None, self._provider.close)
+        await self._settings.close()  # the statistics report, the logger option
 
 
 def _topic_pattern(topic: object, is_pattern_topic: bool) -> re.Pattern[str] | None:

@@ -18,10 +18,9 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Protocol
 
-from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError, ProducerQueueIsFull
-from magnetar.protocol import errors
 from magnetar.protocol.compression import CompressionType
 from magnetar.protocol.errors import MagnetarError
+from magnetar.protocol.result import Result
 
 __all__ = [
     "BatchingType",
@@ -103,7 +102,7 @@ class HashingScheme(Enum):
 
 
 class ProducerAccessMode(Enum):
-    """Access a producer requires on its topic; Magnetar implements ``Shared`` only (refuses the others)."""
+    """Access a producer requires on its topic, enforced by the broker (``broker.producer_access``, WIRE.md R102)."""
 
     Shared = 0
     Exclusive = 1
@@ -112,7 +111,7 @@ class ProducerAccessMode(Enum):
 
 
 class RegexSubscriptionMode(Enum):
-    """Which topics a pattern subscription matches (Magnetar has persistent topics only)."""
+    """Which topics a pattern subscription matches: persistent ones, non-persistent ones, or both."""
 
     PersistentOnly = 0
     NonPersistentOnly = 1
@@ -120,7 +119,7 @@ class RegexSubscriptionMode(Enum):
 
 
 class ConsumerCryptoFailureAction(Enum):
-    """What a consumer does with a message it cannot decrypt (Magnetar has no end-to-end encryption yet)."""
+    """What a consumer does with a message it cannot decrypt (``consumer_decryption``)."""
 
     FAIL = 0
     DISCARD = 1
@@ -167,6 +166,10 @@ class ConsumerKeySharedPolicy:
     def sticky_ranges(self) -> list[tuple[int, int]]:
         return list(self._sticky_ranges)
 
+    def policy(self) -> ConsumerKeySharedPolicy:
+        """The policy itself (pulsar-client returns its C++ object here)."""
+        return self
+
     def __repr__(self) -> str:
         return (
             f"ConsumerKeySharedPolicy({self._key_shared_mode}, allow_out_of_order_delivery="
@@ -210,6 +213,10 @@ class ConsumerDeadLetterPolicy:
     @property
     def initial_subscription_name(self) -> str | None:
         return self._initial_subscription_name
+
+    def policy(self) -> ConsumerDeadLetterPolicy:
+        """The policy itself (pulsar-client returns its C++ object here)."""
+        return self
 
     def __repr__(self) -> str:
         return (
@@ -259,68 +266,10 @@ class MultiplierRedeliveryBackoff:
         return f"MultiplierRedeliveryBackoff({self.min_delay_ms}, {self.max_delay_ms}, {self.multiplier})"
 
 
-class Result(Enum):
-    """Outcome handed to ``send_async`` callbacks, named after ``pulsar.Result``.
-
-    Pulsar's callbacks get ``Result.Ok`` or an error ``Result``; ours get ``Result.Ok`` or the
-    exception itself, which carries the broker's message. ``result_of`` maps an exception to the
-    Pulsar-style member for code that wants to compare against names.
-    """
-
-    Ok = 0
-    UnknownError = 1
-    InvalidConfiguration = 2
-    Timeout = 3
-    LookupError = 4
-    ConnectError = 5
-    ChecksumError = 6
-    ConsumerBusy = 7
-    NotConnected = 8
-    AlreadyClosed = 9
-    ProducerBusy = 10
-    InvalidTopicName = 11
-    ServiceUnitNotReady = 12
-    OperationNotSupported = 13
-    ProducerQueueIsFull = 14
-    MessageTooBig = 15
-    TopicNotFound = 16
-    BrokerPersistenceError = 17
-    CumulativeAcknowledgementNotAllowedError = 18
-    ProducerBlockedQuotaExceededError = 19
-    ProducerBlockedQuotaExceededException = 20
-    AuthenticationError = 21
-    AuthorizationError = 22
-
-
-_RESULT_BY_ERROR: dict[type[MagnetarError], Result] = {
-    errors.Timeout: Result.Timeout,
-    errors.ChecksumError: Result.ChecksumError,
-    errors.ConsumerBusy: Result.ConsumerBusy,
-    errors.NotConnected: Result.NotConnected,
-    errors.AlreadyClosed: Result.AlreadyClosed,
-    errors.ProducerBusy: Result.ProducerBusy,
-    errors.InvalidTopicName: Result.InvalidTopicName,
-    errors.ServiceNotReady: Result.ServiceUnitNotReady,
-    errors.Unsupported: Result.OperationNotSupported,
-    errors.ProducerBlockedQuotaExceededError: Result.ProducerBlockedQuotaExceededError,
-    errors.ProducerBlockedQuotaExceededException: Result.ProducerBlockedQuotaExceededException,
-    errors.UnknownCommand: Result.OperationNotSupported,
-    errors.MessageTooLarge: Result.MessageTooBig,
-    errors.TopicNotFound: Result.TopicNotFound,
-    errors.PersistenceError: Result.BrokerPersistenceError,
-    errors.AuthenticationError: Result.AuthenticationError,
-    errors.AuthorizationError: Result.AuthorizationError,
-    ProducerQueueIsFull: Result.ProducerQueueIsFull,
-    CumulativeAcknowledgementNotAllowedError: Result.CumulativeAcknowledgementNotAllowedError,
-}
-
-
 def result_of(exc: BaseException | Result) -> Result:
     """The Pulsar-style ``Result`` member for an outcome (``Result.Ok`` passes through)."""
     if isinstance(exc, Result):
         return exc
-    for cls in type(exc).__mro__:
-        found = _RESULT_BY_ERROR.get(cls)
-        if found is not None:
-            return found
+    if isinstance(exc, MagnetarError):
+        return exc.error()
     return Result.UnknownError

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import re
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
@@ -25,10 +26,19 @@ from typing import Any, TypeVar
 
 from magnetar.client import aio
 from magnetar.client import reader as aio_reader
+from magnetar.client.arguments import (
+    check_message_arguments,
+    check_producer_arguments,
+    check_reader_arguments,
+    check_service_url,
+    check_subscribe_arguments,
+    check_type,
+)
 from magnetar.client.auth import Authentication
 from magnetar.client.batch_builder import SendCallback
 from magnetar.client.consumer import PartitionConsumer
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError, ProducerQueueIsFull
+from magnetar.client.listener_pool import ListenerPool, Pump
 from magnetar.client.message import Message
 from magnetar.client.options import (
     BatchingType,
@@ -48,14 +58,17 @@ from magnetar.client.options import (
 from magnetar.client.partition_updates import DEFAULT_PARTITIONS_UPDATE_INTERVAL
 from magnetar.client.producer import MessageOptions, check_content, message_options
 from magnetar.client.routing import MessageRouter
-from magnetar.protocol.errors import AlreadyClosed, MagnetarError, Unsupported
+from magnetar.client.service_info import ServiceInfo, ServiceInfoProvider
+from magnetar.client.table_view import TableView
+from magnetar.client.waiting import wait_event, wait_future
+from magnetar.protocol.errors import AlreadyClosed, InvalidConfiguration, MagnetarError
 from magnetar.protocol.message_id import MessageId
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 # A queued message: content, properties, partition key, event time, callback, and the rarely used
 # options (``producer.message_options``) or None, so the common message stays a short tuple.
-_Pending = tuple[bytes, dict[str, str] | None, str | None, int | None, SendCallback, MessageOptions | None]
+_Pending = tuple[bytes | None, dict[str, str] | None, str | None, int | None, SendCallback, MessageOptions | None]
 
 
 class _LoopThread:
@@ -65,6 +78,10 @@ class _LoopThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, name="magnetar-client-loop", daemon=True)
         self._thread.start()
+        # Set when the client is closed: every later ``run`` raises AlreadyClosed,
+        # and the producers, consumers and readers in ``owned`` are told (``_client_closed``).
+        self.closed = False
+        self.owned: weakref.WeakSet[Producer | Consumer | Reader] = weakref.WeakSet()
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -73,13 +90,22 @@ class _LoopThread:
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self.in_loop_thread():
             coro.close()
             raise RuntimeError("blocking client calls cannot be made from a client callback")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        if self.closed:
+            coro.close()
+            raise AlreadyClosed("client is closed")
+        return wait_future(asyncio.run_coroutine_threadsafe(coro, self.loop), self.alive)
 
     def stop(self) -> None:
+        self.closed = True
+        for owned in list(self.owned):
+            owned._client_closed()
         if self.loop.is_closed():
             return
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -92,15 +118,15 @@ class Client:
     """Blocking client; ``close()`` closes every producer and consumer it created.
 
     Arguments in ``pulsar.Client``'s order, names and defaults (pulsar-client 3.x), then
-    Magnetar's own, keyword-only. ``io_threads``, ``message_listener_threads``,
-    ``concurrent_lookup_requests``, ``log_conf_file_path``, ``stats_interval_in_seconds`` and
-    ``logger`` are accepted and have no effect (one loop thread does all IO; logging goes through
-    the ``magnetar`` loggers); ``listener_name`` raises ``Unsupported`` (no advertised listeners).
+    Magnetar's own, keyword-only. ``service_url`` may also be a ``ServiceInfoProvider`` such as
+    ``AutoClusterFailover`` (``service_info.py``); the client-wide options (``io_threads``,
+    ``concurrent_lookup_requests``, ``stats_interval_in_seconds``, ``logger``, ``listener_name``...)
+    are described in ``client_config.py``.
     """
 
     def __init__(
         self,
-        service_url: str = aio.DEFAULT_SERVICE_URL,
+        service_url: str | ServiceInfoProvider = aio.DEFAULT_SERVICE_URL,
         authentication: Authentication | None = None,
         operation_timeout_seconds: float = 30,
         io_threads: int = 1,
@@ -123,8 +149,8 @@ class Client:
         keep_alive_interval_seconds: float = 30,
         partitions_update_interval: float = DEFAULT_PARTITIONS_UPDATE_INTERVAL,
     ) -> None:
-        if listener_name is not None:
-            raise Unsupported("listener_name: Magnetar brokers have no advertised listeners")
+        if isinstance(service_url, str):
+            check_service_url(service_url)  # "fakeServiceUrl": ValueError now, as pulsar-client's
         # Built before the loop thread, so a bad TLS path or argument leaves no thread behind.
         client = aio.Client(
             service_url,
@@ -141,16 +167,30 @@ class Client:
             max_backoff_interval_ms=max_backoff_interval_ms,
             keep_alive_interval_seconds=keep_alive_interval_seconds,
             partitions_update_interval=partitions_update_interval,
+            io_threads=io_threads,
+            message_listener_threads=message_listener_threads,
+            concurrent_lookup_requests=concurrent_lookup_requests,
+            log_conf_file_path=log_conf_file_path,
+            stats_interval_in_seconds=stats_interval_in_seconds,
+            logger=logger,
+            listener_name=listener_name,
         )
         self._lt = _LoopThread()
         self._client = client
         self._closed = False
+        # Shared by every message_listener / reader_listener (threads start with the first one).
+        self._listeners = ListenerPool(self._lt.loop, client.message_listener_threads)
 
     def __enter__(self) -> Client:
         return self
 
+    def get_service_info(self) -> ServiceInfo:
+        """The ``ServiceInfo`` of the cluster in use (switched by a ``ServiceInfoProvider``)."""
+        return self._client.get_service_info()
+
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if not self._closed:  # closing inside the block is fine; a second explicit close() is not
+            self.close()
 
     def create_producer(
         self,
@@ -185,6 +225,7 @@ class Client:
         ``hashing_scheme``, Magnetar's (``producer.ProducerConfig`` has the list).
         ``message_router(msg, num_partitions)`` runs on the client's loop thread.
         """
+        check_producer_arguments(locals())
         producer = self._lt.run(
             self._client.create_producer(
                 topic,
@@ -254,9 +295,11 @@ class Client:
 
         Positional arguments, names and defaults are ``pulsar.Client.subscribe``'s; the keyword-only
         ones are Magnetar's extensions (see ``consumer_config``). ``message_listener(consumer,
-        message)`` is called on a thread of the consumer's own for every message, and ``receive``
-        is then refused, as in pulsar-client.
+        message)`` is called on one of the client's ``message_listener_threads`` for every message
+        (``listener_pool``), and ``receive`` / ``batch_receive`` then raise ``InvalidConfiguration``,
+        as in pulsar-client.
         """
+        check_subscribe_arguments(locals())
         if message_listener is not None and not callable(message_listener):
             raise ValueError("message_listener must be callable(consumer, message)")
         consumer = self._lt.run(
@@ -296,7 +339,7 @@ class Client:
         )
         wrapped = Consumer(self._lt, consumer, ConsumerType(consumer_type))
         if message_listener is not None:
-            wrapped._start_listener(message_listener)
+            wrapped._start_listener(self._listeners, message_listener)
         return wrapped
 
     def create_reader(
@@ -315,9 +358,11 @@ class Client:
     ) -> Reader:
         """A reader on ``topic`` from ``start_message_id``; arguments as ``pulsar.Client.create_reader``.
 
-        ``reader_listener(reader, message)`` is called on a thread of the reader's own for every
-        message (``read_next`` is then refused).
+        ``reader_listener(reader, message)`` is called on one of the client's
+        ``message_listener_threads`` for every message (``read_next`` then raises ``InvalidConfiguration``).
         """
+        check_reader_arguments(locals())
+        check_type(MessageId, start_message_id, "start_message_id")
         if reader_listener is not None and not callable(reader_listener):
             raise ValueError("reader_listener must be callable(reader, message)")
         reader = self._lt.run(
@@ -337,22 +382,45 @@ class Client:
         )
         wrapped = Reader(self._lt, reader)
         if reader_listener is not None:
-            wrapped._start_listener(reader_listener)
+            wrapped._start_listener(self._listeners, reader_listener)
         return wrapped
+
+    def create_table_view(self, topic: str, subscription_name: str | None = None, schema: Any = None) -> TableView:
+        """The latest value per key of ``topic``, kept current (``table_view``); as
+        ``pulsar.Client.create_table_view``, returning once the table holds the whole topic."""
+        return TableView.create(self._client, self._listeners, self._lt.run, topic, subscription_name, schema)
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._lt.run(self._client.get_topic_partitions(topic))
 
     def close(self) -> None:
+        """Close every producer (flushing), consumer and reader, then the connections.
+
+        A second ``close()`` raises ``AlreadyClosed``, as pulsar-client's does.
+        """
         if self._closed:
-            return
+            raise AlreadyClosed("client is already closed")
         self._closed = True
         try:
+            self._listeners.stop()  # no listener call starts after this; those under way finish first
             self._lt.run(self._client.close())
         finally:
             self._lt.stop()
 
-    shutdown = close
+    def shutdown(self) -> None:
+        """Close everything now, without waiting for the broker (``pulsar.Client.shutdown``).
+
+        Messages not yet acknowledged fail with ``AlreadyClosed`` (their callbacks run once), and
+        every later call on the client or its producers and consumers raises ``AlreadyClosed``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._listeners.stop()
+            self._lt.run(self._client.shutdown_now())
+        finally:
+            self._lt.stop()
 
 
 class Producer:
@@ -371,6 +439,19 @@ class Producer:
         self._closed = False
         for part in producer.partitions:
             part.completion_listener = self._completed
+        lt.owned.add(self)
+
+    def _client_closed(self) -> None:
+        """The client closed: refuse later sends, and fail those still queued here (each callback once)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        while self._queue:
+            try:
+                callback = self._queue.popleft()[4]
+            except IndexError:  # the loop took the last one meanwhile
+                break
+            callback(AlreadyClosed("the client was closed before the message was sent"), None)
 
     def topic(self) -> str:
         return self._p.topic()
@@ -381,9 +462,13 @@ class Producer:
     def last_sequence_id(self) -> int:
         return self._p.last_sequence_id()
 
+    def is_connected(self) -> bool:
+        """Whether the producer is registered on its broker(s) now (``aio.Producer.is_connected``)."""
+        return self._p.is_connected()
+
     def send_async(
         self,
-        content: bytes,
+        content: bytes | None,
         callback: SendCallback,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
@@ -402,6 +487,15 @@ class Producer:
         """
         # Refused here, not later on the client's loop thread where the queue behind it would stall.
         check_content(content)
+        check_message_arguments(
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            replication_clusters,
+            disable_replication,
+            event_timestamp,
+        )
         if not callable(callback):
             raise TypeError(f"send_async needs a callable callback(result, msg_id), not {type(callback).__name__}")
         extra = message_options(ordering_key, sequence_id, deliver_at, deliver_after)
@@ -415,7 +509,7 @@ class Producer:
 
     def send(
         self,
-        content: bytes,
+        content: bytes | None,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | None = None,
@@ -437,6 +531,15 @@ class Producer:
             done.set()
 
         check_content(content)
+        check_message_arguments(
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            replication_clusters,
+            disable_replication,
+            event_timestamp,
+        )
         extra = message_options(ordering_key, sequence_id, deliver_at, deliver_after)
         # Same path as send_async, so a send after some send_asyncs keeps their order.
         if not self._reserve(self._block):
@@ -445,7 +548,7 @@ class Producer:
         if not self._wakeup_pending:
             self._wakeup_pending = True
             self._loop.call_soon_threadsafe(self._drain)
-        done.wait()
+        wait_event(done, self._lt.alive)
         result, msg_id = outcome[0]
         if result is not Result.Ok:
             raise result
@@ -479,7 +582,7 @@ class Producer:
             content, properties, key, ts, callback, extra = queue.popleft()
             try:
                 send(content, properties, key, ts, callback, extra)
-            except MagnetarError as exc:
+            except Exception as exc:  # any error, not only ours: a callback must never be left hanging
                 self._completed(1)
                 callback(exc, None)
 
@@ -493,12 +596,14 @@ class Producer:
 
     def flush(self) -> None:
         """Send buffered messages now and block until all pending ones have an outcome."""
+        if self._closed:
+            raise AlreadyClosed("producer is already closed")
         self._lt.run(self._flush())
 
     def close(self) -> None:
-        """Flush, then close the producer."""
+        """Flush, then close the producer; ``AlreadyClosed`` if it (or its client) already is."""
         if self._closed:
-            return
+            raise AlreadyClosed("producer is already closed")
         try:
             self._lt.run(self._close())
         finally:
@@ -523,7 +628,17 @@ class Consumer:
         self._type = consumer_type
         self._ops: deque[tuple[int, _Target]] = deque()
         self._wakeup_pending = False
-        self._listener: _Listener | None = None
+        self._listener: Pump | None = None
+        self._closed = False
+        lt.owned.add(self)
+
+    def _client_closed(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        """Every call on a closed consumer (or one of a closed client) raises ``AlreadyClosed`` at once."""
+        if self._closed:
+            raise AlreadyClosed("consumer is already closed")
 
     def topic(self) -> str:
         return self._c.topic()
@@ -536,9 +651,17 @@ class Consumer:
 
     def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
+        self._check_open()
         if self._listener is not None:
-            raise Unsupported("receive() cannot be called on a consumer with a message_listener")
+            raise InvalidConfiguration("receive() cannot be called on a consumer with a message_listener")
         return self._receive(timeout_millis)
+
+    def batch_receive(self) -> list[Message]:
+        """The next messages, bounded by the ``batch_receive_policy`` (count, bytes, timeout)."""
+        self._check_open()
+        if self._listener is not None:
+            raise InvalidConfiguration("batch_receive() cannot be called on a consumer with a message_listener")
+        return self._lt.run(self._c.batch_receive())
 
     def _receive(self, timeout_millis: int | None = None) -> Message:
         try:
@@ -564,9 +687,11 @@ class Consumer:
         self._op(_NACK, self._target(message))
 
     def redeliver_unacknowledged_messages(self) -> None:
+        self._check_open()
         self._loop.call_soon_threadsafe(self._c.redeliver_unacknowledged_messages)
 
     def _target(self, message: Message | MessageId) -> _Target:
+        self._check_open()  # every acknowledgement passes here
         if isinstance(message, Message):
             return message
         return self._c._locate(message)
@@ -590,7 +715,7 @@ class Consumer:
                     owner.message_consumed(item._info)
                 continue
             if kind == _NACK and isinstance(item, Message):
-                c.negative_acknowledge(item)  # it knows the redelivery count (for a back-off)
+                c._negative_acknowledge(item)  # it knows the redelivery count (for a back-off)
                 continue
             try:
                 owner, position, index = c._locate(item) if isinstance(item, Message) else item
@@ -630,10 +755,8 @@ class Consumer:
         if self._listener is not None:
             self._listener.resume()
 
-    def _start_listener(self, listener: Callable[[Consumer, Message], Any]) -> None:
-        self._listener = _Listener(
-            f"magnetar-listener {self._c.topic()}", lambda: self._receive(), lambda msg: listener(self, msg)
-        )
+    def _start_listener(self, pool: ListenerPool, listener: Callable[[Consumer, Message], Any]) -> None:
+        self._listener = pool.start(self._c.receive, lambda msg: listener(self, msg), self._c.queued)
 
     def _drain_in_loop(self) -> None:
         """Hand queued acks to the loop before a blocking call (they must reach the broker first)."""
@@ -642,16 +765,22 @@ class Consumer:
 
     async def _close(self, unsubscribe: bool) -> None:
         self._drain()
+        if self._listener is not None:
+            self._listener.stop()  # a paused listener's pump is not waiting for a message
         if unsubscribe:
             await self._c.unsubscribe()
         else:
             await self._c.close()
 
     def unsubscribe(self) -> None:
+        self._check_open()
         self._lt.run(self._close(True))
+        self._closed = True
 
     def close(self) -> None:
-        """Close; returns once acknowledgements made before it are durable."""
+        """Close; returns once acknowledgements made before it are durable (``AlreadyClosed`` if closed)."""
+        self._check_open()
+        self._closed = True
         self._lt.run(self._close(False))
 
 
@@ -664,15 +793,22 @@ class Reader:
         self._r = reader
         self._read: deque[Message] = deque()
         self._wakeup_pending = False
-        self._listener: _Listener | None = None
+        self._listener: Pump | None = None
+        self._closed = False
+        lt.owned.add(self)
+
+    def _client_closed(self) -> None:
+        self._closed = True
 
     def topic(self) -> str:
         return self._r.topic()
 
     def read_next(self, timeout_millis: int | None = None) -> Message:
         """The next message; raises ``Timeout`` if none arrives within ``timeout_millis``."""
+        if self._closed:
+            raise AlreadyClosed("reader is already closed")
         if self._listener is not None:
-            raise Unsupported("read_next() cannot be called on a reader with a reader_listener")
+            raise InvalidConfiguration("read_next() cannot be called on a reader with a reader_listener")
         return self._read_next(timeout_millis)
 
     def _read_next(self, timeout_millis: int | None = None) -> Message:
@@ -705,45 +841,12 @@ class Reader:
     def is_connected(self) -> bool:
         return self._r.is_connected()
 
-    def _start_listener(self, listener: Callable[[Reader, Message], Any]) -> None:
-        self._listener = _Listener(
-            f"magnetar-reader-listener {self._r.topic()}", lambda: self._read_next(), lambda msg: listener(self, msg)
-        )
+    def _start_listener(self, pool: ListenerPool, listener: Callable[[Reader, Message], Any]) -> None:
+        self._listener = pool.start(self._r.read_next, lambda msg: listener(self, msg), self._r.queued)
 
     def close(self) -> None:
-        """Close the reader (its non-durable subscription goes with it)."""
+        """Close the reader (its non-durable subscription goes with it); ``AlreadyClosed`` if closed."""
+        if self._closed:
+            raise AlreadyClosed("reader is already closed")
+        self._closed = True
         self._lt.run(self._r.close())
-
-
-class _Listener:
-    """A thread that hands every message to a listener, as pulsar-client's listener threads do.
-
-    It blocks in ``take`` (the consumer's receive, or the reader's read) and stops when that raises
-    because the consumer or reader was closed. ``pause`` holds messages back (they stay queued).
-    """
-
-    def __init__(self, name: str, take: Callable[[], Message], give: Callable[[Message], Any]) -> None:
-        self._take = take
-        self._give = give
-        self._running = threading.Event()
-        self._running.set()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
-
-    def pause(self) -> None:
-        self._running.clear()
-
-    def resume(self) -> None:
-        self._running.set()
-
-    def _main(self) -> None:
-        while True:
-            self._running.wait()
-            try:
-                msg = self._take()
-            except (MagnetarError, RuntimeError):  # closed (AlreadyClosed), or the client's loop is gone
-                return
-            try:
-                self._give(msg)
-            except Exception:
-                log.exception("message listener raised")

@@ -20,7 +20,7 @@ WIRE.md beside this module documents every command.
 # and REQUIRED_FIELDS is derived from that.
 
 from collections.abc import Sequence
-from typing import Any, Final, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
 from magnetar.protocol.entry import EntryMeta
 
@@ -124,6 +124,7 @@ class Lookup(TypedDict):
     t: Literal["lookup"]
     rid: int
     topic: str
+    listener_name: NotRequired[str]  # R110: answer this advertised listener's address
 
 
 class PartitionedMetadata(TypedDict):
@@ -138,6 +139,9 @@ class Producer(TypedDict):
     topic: str
     producer_id: int
     producer_name: NotRequired[str]
+    access_mode: NotRequired[str]  # R102
+    epoch: NotRequired[int]  # R103
+    metadata: NotRequired[dict[str, str]]  # R104
 
 
 class Send(TypedDict):
@@ -179,6 +183,9 @@ class Subscribe(TypedDict):
     start_inclusive: NotRequired[bool]
     # Read the compacted view, then the topic after its horizon (WIRE.md R46b; Exclusive/Failover).
     read_compacted: NotRequired[bool]
+    # The consumer's properties (pulsar-client's ``subscribe(properties=...)``, WIRE.md R106):
+    # shown as the consumer's ``metadata`` in the subscription's stats.
+    properties: NotRequired[dict[str, str]]
 
 
 class Flow(TypedDict):
@@ -239,6 +246,15 @@ class GetTopicsOfNamespace(TypedDict):
     t: Literal["get_topics_of_namespace"]
     rid: int
     namespace: str
+    # Which domains to list (WIRE.md R107): TOPICS_PERSISTENT (the default), TOPICS_NON_PERSISTENT
+    # or TOPICS_ALL, Pulsar's CommandGetTopicsOfNamespace.Mode.
+    mode: NotRequired[str]
+
+
+TOPICS_PERSISTENT: Final = "PERSISTENT"
+TOPICS_NON_PERSISTENT: Final = "NON_PERSISTENT"
+TOPICS_ALL: Final = "ALL"
+TOPICS_MODES: Final = (TOPICS_PERSISTENT, TOPICS_NON_PERSISTENT, TOPICS_ALL)
 
 
 class AuthResponse(TypedDict):
@@ -294,6 +310,7 @@ class ProducerSuccess(TypedDict):
     rid: int
     producer_name: str
     last_sequence_id: int
+    topic_epoch: NotRequired[int]  # R103
 
 
 class SendReceipt(TypedDict):
@@ -541,7 +558,10 @@ def pong() -> Pong:
     return {"t": PONG}
 
 
-def lookup(topic: str, rid: int = 0) -> Lookup:
+def lookup(topic: str, rid: int = 0, listener_name: str | None = None) -> Lookup:
+    """``listener_name`` (R110) is sent only when given."""
+    if listener_name:
+        return {"t": LOOKUP, "topic": topic, "rid": rid, "listener_name": listener_name}
     return {"t": LOOKUP, "topic": topic, "rid": rid}
 
 
@@ -549,11 +569,29 @@ def partitioned_metadata(topic: str, rid: int = 0) -> PartitionedMetadata:
     return {"t": PARTITIONED_METADATA, "topic": topic, "rid": rid}
 
 
-def producer(topic: str, producer_id: int, producer_name: str | None = None, rid: int = 0) -> Producer:
-    """``producer_name`` is sent only when given and non-empty (the broker then picks one)."""
+def producer(
+    topic: str,
+    producer_id: int,
+    producer_name: str | None = None,
+    rid: int = 0,
+    *,
+    access_mode: str | None = None,
+    epoch: int | None = None,
+    metadata: dict[str, str] | None = None,
+) -> Producer:
+    """``producer_name`` is sent only when given and non-empty (the broker then picks one); the
+    access mode other than ``Shared``, the epoch and non-empty metadata (R102-R104) only when given."""
+    cmd: dict[str, Any] = {"t": PRODUCER, "topic": topic, "producer_id": producer_id}
     if producer_name:
-        return {"t": PRODUCER, "topic": topic, "producer_id": producer_id, "producer_name": producer_name, "rid": rid}
-    return {"t": PRODUCER, "topic": topic, "producer_id": producer_id, "rid": rid}
+        cmd["producer_name"] = producer_name
+    if access_mode is not None and access_mode != "Shared":
+        cmd["access_mode"] = access_mode
+    if epoch is not None:
+        cmd["epoch"] = epoch
+    if metadata:
+        cmd["metadata"] = metadata
+    cmd["rid"] = rid
+    return cast(Producer, cmd)
 
 
 def send(producer_id: int, seq: int, meta: EntryMeta, payload: bytes) -> Send:
@@ -581,6 +619,7 @@ def subscribe(
     start_message_id: WireMessageId | None = None,
     start_inclusive: bool = False,
     read_compacted: bool = False,
+    properties: dict[str, str] | None = None,
 ) -> Subscribe:
     """Optional fields are sent only when they differ from their defaults (an old broker then
     sees exactly the command it knows)."""
@@ -611,6 +650,8 @@ def subscribe(
         cmd["start_inclusive"] = True
     if read_compacted:
         cmd["read_compacted"] = True
+    if properties:
+        cmd["properties"] = dict(properties)
     return cmd
 
 
@@ -661,8 +702,11 @@ def get_last_message_id(consumer_id: int, rid: int = 0) -> GetLastMessageId:
     return {"t": GET_LAST_MESSAGE_ID, "consumer_id": consumer_id, "rid": rid}
 
 
-def get_topics_of_namespace(namespace: str, rid: int = 0) -> GetTopicsOfNamespace:
-    return {"t": GET_TOPICS_OF_NAMESPACE, "namespace": namespace, "rid": rid}
+def get_topics_of_namespace(namespace: str, rid: int = 0, *, mode: str = TOPICS_PERSISTENT) -> GetTopicsOfNamespace:
+    cmd: GetTopicsOfNamespace = {"t": GET_TOPICS_OF_NAMESPACE, "namespace": namespace, "rid": rid}
+    if mode != TOPICS_PERSISTENT:
+        cmd["mode"] = mode
+    return cmd
 
 
 def auth_response(auth_method: str, auth_data: bytes) -> AuthResponse:
@@ -701,8 +745,19 @@ def partitioned_metadata_response(rid: int, partitions: int) -> PartitionedMetad
     return {"t": PARTITIONED_METADATA_RESPONSE, "rid": rid, "partitions": partitions}
 
 
-def producer_success(rid: int, producer_name: str, last_sequence_id: int) -> ProducerSuccess:
-    return {"t": PRODUCER_SUCCESS, "rid": rid, "producer_name": producer_name, "last_sequence_id": last_sequence_id}
+def producer_success(
+    rid: int, producer_name: str, last_sequence_id: int, *, topic_epoch: int | None = None
+) -> ProducerSuccess:
+    """``topic_epoch`` (R103) is sent only when the topic has one."""
+    out: ProducerSuccess = {
+        "t": PRODUCER_SUCCESS,
+        "rid": rid,
+        "producer_name": producer_name,
+        "last_sequence_id": last_sequence_id,
+    }
+    if topic_epoch is not None:
+        out["topic_epoch"] = topic_epoch
+    return out
 
 
 def send_receipt(producer_id: int, seq: int, ledger: int, entry: int) -> SendReceipt:
