@@ -174,26 +174,16 @@ class RowColumns:
 
     def _add_chunk(self, entry: StoredEntry, publish_ms: int, producer: str | None) -> None:
         meta = entry.meta
-        self.entry_id.append(entry.entry_id)
-        self.batch_index.append(-1)
-        self.publish_us.append(publish_ms * 1000)
-        self.event_us.append(None)
-        self.key.append(meta.get("k"))
-        self.properties.append(
-            {
-                CHUNK_UUID: str(meta.get(META_CHUNK_UUID, "")),
-                CHUNK_ID: str(meta.get(META_CHUNK_ID, 0)),
-                CHUNK_COUNT: str(meta.get(META_NUM_CHUNKS, 1)),
-                CHUNK_TOTAL_SIZE: str(meta.get(META_TOTAL_CHUNK_SIZE, 0)),
-                **encryption_properties(meta),
-            }
-        )
-        self.payload.append(entry.payload)
-        self.producer.append(producer)
-        self.sequence_id.append(int(meta.get("seq", 0)))
+        chunk = {
+            CHUNK_UUID: str(meta.get(META_CHUNK_UUID, "")),
+            CHUNK_ID: str(meta.get(META_CHUNK_ID, 0)),
+            CHUNK_COUNT: str(meta.get(META_NUM_CHUNKS, 1)),
+            CHUNK_TOTAL_SIZE: str(meta.get(META_TOTAL_CHUNK_SIZE, 0)),
+        }
+        self._add_opaque(entry, publish_ms, producer, {**chunk, **encryption_properties(meta)})
 
     def _add_opaque(self, entry: StoredEntry, publish_ms: int, producer: str | None, props: dict[str, str]) -> None:
-        """One row for a whole entry whose payload stays as stored (an encrypted one)."""
+        """One row for a whole entry whose payload stays as stored (a chunk, an encrypted entry)."""
         meta = entry.meta
         self.entry_id.append(entry.entry_id)
         self.batch_index.append(-1)
