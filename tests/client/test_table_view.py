@@ -40,6 +40,7 @@ def test_the_table_holds_the_latest_value_of_every_key_when_created(client: magn
     view = client.create_table_view(topic)
     try:
         assert len(view) == 2
+        assert sorted(view.keys()) == ["a", "b"]
         assert view.get("a") == b"2"
         assert view.get("b") == b"1"
         assert view.get("c") is None  # deleted by the null value

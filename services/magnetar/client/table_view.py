@@ -141,6 +141,12 @@ class TableView:
         with self._lock:
             return self._data.get(key)
 
+    def keys(self) -> list[str]:
+        """The table's keys as they are now (Java's ``TableView.keySet``; pulsar-client's Python
+        ``TableView`` has no such method, the issue asks for it)."""
+        with self._lock:
+            return list(self._data)
+
     def for_each(self, callback: Listener) -> None:
         """Call ``callback(key, value)`` for every entry of the table as it is now (on this thread)."""
         with self._lock:
