@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,17 +112,29 @@ def listening_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 def test_every_broker_answers_the_owners_named_listener(listening_cluster: LocalCluster) -> None:
     """Topics spread over both brokers; asking broker 0 only, each lookup names the owner's external address."""
     first = listening_cluster.broker_address(0)
-    topics = [f"persistent://public/default/listeners-{uuid.uuid4().hex[:8]}-{i}" for i in range(8)]
+    ports = sorted(listening_cluster.broker_ports)
 
-    async def owners(listener_name: str | None, service_url: str) -> set[str]:
+    async def owners(listener_name: str | None, service_url: str, topics: list[str]) -> set[str]:
         async with aio.Client(service_url, listener_name=listener_name, operation_timeout_seconds=30) as client:
             urls = {(await client.lookup(t)).url for t in topics}
             return urls
 
-    external = asyncio.run(asyncio.wait_for(owners("external", first.service_url), 120))
-    internal = asyncio.run(asyncio.wait_for(owners(None, first.service_url), 120))
-    http = asyncio.run(asyncio.wait_for(owners("external", first.admin_url), 120))
-    ports = sorted(listening_cluster.broker_ports)
+    # A namespace's 4 bundles go to the brokers by rendezvous hashing of the bundle and the brokers'
+    # ids (random ports), so all of a namespace's topics may be on one broker: namespaces are tried
+    # until one has topics on both, so that answers about the other broker are tested too.
+    prefix = f"listeners-{uuid.uuid4().hex[:8]}"
+    for attempt in range(6):
+        namespace = "public/default" if attempt == 0 else f"public/{prefix}-ns{attempt}"
+        if attempt:
+            request = urllib.request.Request(f"{first.admin_url}/admin/v2/namespaces/{namespace}", method="PUT")
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                assert resp.status == 204
+        topics = [f"persistent://{namespace}/{prefix}-{i}" for i in range(16)]
+        external = asyncio.run(asyncio.wait_for(owners("external", first.service_url, topics), 120))
+        if sorted(int(u.rsplit(":", 1)[1]) for u in external) == ports:
+            break
+    internal = asyncio.run(asyncio.wait_for(owners(None, first.service_url, topics), 120))
+    http = asyncio.run(asyncio.wait_for(owners("external", first.admin_url, topics), 120))
     assert {u.rsplit(":", 1)[0] for u in external} == {"magnetar://localhost"}
     assert {u.rsplit(":", 1)[0] for u in internal} == {"magnetar://127.0.0.1"}
     assert http == external

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -31,26 +32,36 @@ def owners(cluster: LocalCluster, topics: list[str]) -> dict[str, str | None]:
     return asyncio.run(ask())
 
 
+def create_namespace(cluster: LocalCluster, ns: str) -> None:
+    request = urllib.request.Request(f"{cluster.admin_urls[0]}/admin/v2/namespaces/{ns}", method="PUT")
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        assert resp.status == 204
+
+
 def test_r107_every_broker_lists_the_non_persistent_topics_loaded_on_any_broker(cluster: LocalCluster) -> None:
     prefix = f"np-{uuid.uuid4().hex[:8]}"
     with magnetar.Client(cluster.service_url, operation_timeout_seconds=30) as client:
-        topics: list[str] = []
-        producers = []
-        # Load topics until both brokers own at least one (bundles are spread over the brokers).
-        for i in range(32):
-            topic = f"non-persistent://public/default/{prefix}-{i}"
-            producers.append(client.create_producer(topic, batching_enabled=False))
-            topics.append(topic)
-            if len(set(owners(cluster, topics).values())) == 2 and i >= 3:
+        # A namespace's 4 bundles go to the brokers by rendezvous hashing of the bundle and the
+        # brokers' ids (random ports): all 4 land on one broker in 1 run of 8. So namespaces are
+        # tried until one has topics on both brokers (6 namespaces: all fail in 1 run of 262,144).
+        for attempt in range(6):
+            namespace = "public/default" if attempt == 0 else f"public/{prefix}-ns{attempt}"
+            if attempt:
+                create_namespace(cluster, namespace)
+            topics = [f"non-persistent://{namespace}/{prefix}-{i}" for i in range(16)]
+            producers = [client.create_producer(topic, batching_enabled=False) for topic in topics]
+            if len({o for o in owners(cluster, topics).values() if o}) == 2:
                 break
-        assert len({o for o in owners(cluster, topics).values() if o}) == 2, "topics all landed on one broker"
+            for producer in producers:
+                producer.close()
+        assert len({o for o in owners(cluster, topics).values() if o}) == 2, "every namespace on one broker"
         for i in range(2):
             with session(cluster.broker_address(i).service_url) as wire:
-                answer = wire.request(c.get_topics_of_namespace("public/default", mode=c.TOPICS_NON_PERSISTENT))
+                answer = wire.request(c.get_topics_of_namespace(namespace, mode=c.TOPICS_NON_PERSISTENT))
                 listed = sorted(t for t in answer["topics"] if f"/{prefix}-" in t)
                 assert listed == sorted(topics), f"broker {i}"
         consumer = client.subscribe(
-            re.compile(f"public/default/{prefix}-.*"),
+            re.compile(f"{namespace}/{prefix}-.*"),
             "all",
             regex_subscription_mode=magnetar.RegexSubscriptionMode.NonPersistentOnly,
         )
