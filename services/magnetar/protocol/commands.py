@@ -45,6 +45,7 @@ SEEK: Final = "seek"
 SEEK_PUBLISH_TIME: Final = "seek_publish_time"
 GET_LAST_MESSAGE_ID: Final = "get_last_message_id"
 GET_TOPICS_OF_NAMESPACE: Final = "get_topics_of_namespace"
+GET_SCHEMA: Final = "get_schema"  # a topic's schema by version (WIRE.md R121)
 AUTH_RESPONSE: Final = "auth_response"  # answer to AUTH_CHALLENGE (WIRE.md R62)
 
 # --- broker -> client
@@ -60,6 +61,7 @@ MESSAGE: Final = "message"
 ACK_RESPONSE: Final = "ack_response"
 LAST_MESSAGE_ID_RESPONSE: Final = "last_message_id_response"
 TOPICS_OF_NAMESPACE_RESPONSE: Final = "topics_of_namespace_response"
+GET_SCHEMA_RESPONSE: Final = "get_schema_response"
 ACTIVE_CONSUMER_CHANGE: Final = "active_consumer_change"
 AUTH_CHALLENGE: Final = "auth_challenge"  # the token expired: send a fresh one (WIRE.md R62)
 # ``auth_method`` of token authentication (Pulsar's "token"); ``auth_data`` is then the JWT.
@@ -142,6 +144,8 @@ class Producer(TypedDict):
     access_mode: NotRequired[str]  # R102
     epoch: NotRequired[int]  # R103
     metadata: NotRequired[dict[str, str]]  # R104
+    # The producer's schema (R118-R119): ``SchemaInfo.to_wire()``; absent means bytes (no schema).
+    schema: NotRequired[dict[str, Any]]
 
 
 class Send(TypedDict):
@@ -186,6 +190,8 @@ class Subscribe(TypedDict):
     # The consumer's properties (pulsar-client's ``subscribe(properties=...)``, WIRE.md R106):
     # shown as the consumer's ``metadata`` in the subscription's stats.
     properties: NotRequired[dict[str, str]]
+    # The consumer's (reader's) schema (R120): ``SchemaInfo.to_wire()``; absent means bytes.
+    schema: NotRequired[dict[str, Any]]
 
 
 class Flow(TypedDict):
@@ -251,6 +257,15 @@ class GetTopicsOfNamespace(TypedDict):
     mode: NotRequired[str]
 
 
+class GetSchema(TypedDict):
+    """A topic's schema (R121): ``version`` absent means the newest live version."""
+
+    t: Literal["get_schema"]
+    rid: int
+    topic: str
+    version: NotRequired[int]
+
+
 TOPICS_PERSISTENT: Final = "PERSISTENT"
 TOPICS_NON_PERSISTENT: Final = "NON_PERSISTENT"
 TOPICS_ALL: Final = "ALL"
@@ -311,6 +326,7 @@ class ProducerSuccess(TypedDict):
     producer_name: str
     last_sequence_id: int
     topic_epoch: NotRequired[int]  # R103
+    schema_version: NotRequired[int]  # R119: the version of the producer's schema, when it has one
 
 
 class SendReceipt(TypedDict):
@@ -355,6 +371,13 @@ class LastMessageIdResponse(TypedDict):
     entry: int
     batch: int
     mark_delete: WirePosition
+
+
+class GetSchemaResponse(TypedDict):
+    t: Literal["get_schema_response"]
+    rid: int
+    version: int
+    schema: dict[str, Any]  # ``SchemaInfo.to_wire()``
 
 
 class TopicsOfNamespaceResponse(TypedDict):
@@ -469,6 +492,7 @@ Request = (
     | SeekPublishTime
     | GetLastMessageId
     | GetTopicsOfNamespace
+    | GetSchema
 )
 BookieRequest = BkAdd | BkRead | BkReadLac | BkFence | BkDelete | BkAuth
 
@@ -492,6 +516,7 @@ SERVED: Final[dict[str, Any]] = {
     SEEK_PUBLISH_TIME: SeekPublishTime,
     GET_LAST_MESSAGE_ID: GetLastMessageId,
     GET_TOPICS_OF_NAMESPACE: GetTopicsOfNamespace,
+    GET_SCHEMA: GetSchema,
     AUTH_RESPONSE: AuthResponse,
     BK_ADD: BkAdd,
     BK_READ: BkRead,
@@ -578,6 +603,7 @@ def producer(
     access_mode: str | None = None,
     epoch: int | None = None,
     metadata: dict[str, str] | None = None,
+    schema: dict[str, Any] | None = None,
 ) -> Producer:
     """``producer_name`` is sent only when given and non-empty (the broker then picks one); the
     access mode other than ``Shared``, the epoch and non-empty metadata (R102-R104) only when given."""
@@ -590,6 +616,8 @@ def producer(
         cmd["epoch"] = epoch
     if metadata:
         cmd["metadata"] = metadata
+    if schema is not None:
+        cmd["schema"] = schema
     cmd["rid"] = rid
     return cast(Producer, cmd)
 
@@ -620,6 +648,7 @@ def subscribe(
     start_inclusive: bool = False,
     read_compacted: bool = False,
     properties: dict[str, str] | None = None,
+    schema: dict[str, Any] | None = None,
 ) -> Subscribe:
     """Optional fields are sent only when they differ from their defaults (an old broker then
     sees exactly the command it knows)."""
@@ -652,6 +681,15 @@ def subscribe(
         cmd["read_compacted"] = True
     if properties:
         cmd["properties"] = dict(properties)
+    if schema is not None:
+        cmd["schema"] = schema
+    return cmd
+
+
+def get_schema(topic: str, version: int | None = None, rid: int = 0) -> GetSchema:
+    cmd: GetSchema = {"t": GET_SCHEMA, "topic": topic, "rid": rid}
+    if version is not None:
+        cmd["version"] = version
     return cmd
 
 
@@ -746,9 +784,15 @@ def partitioned_metadata_response(rid: int, partitions: int) -> PartitionedMetad
 
 
 def producer_success(
-    rid: int, producer_name: str, last_sequence_id: int, *, topic_epoch: int | None = None
+    rid: int,
+    producer_name: str,
+    last_sequence_id: int,
+    *,
+    topic_epoch: int | None = None,
+    schema_version: int | None = None,
 ) -> ProducerSuccess:
-    """``topic_epoch`` (R103) is sent only when the topic has one."""
+    """``topic_epoch`` (R103) is sent only when the topic has one, ``schema_version`` (R119) only
+    when the producer has a schema."""
     out: ProducerSuccess = {
         "t": PRODUCER_SUCCESS,
         "rid": rid,
@@ -757,6 +801,8 @@ def producer_success(
     }
     if topic_epoch is not None:
         out["topic_epoch"] = topic_epoch
+    if schema_version is not None:
+        out["schema_version"] = schema_version
     return out
 
 
@@ -814,6 +860,10 @@ def last_message_id_response(
         "batch": batch,
         "mark_delete": mark_delete,
     }
+
+
+def get_schema_response(rid: int, version: int, schema: dict[str, Any]) -> GetSchemaResponse:
+    return {"t": GET_SCHEMA_RESPONSE, "rid": rid, "version": version, "schema": schema}
 
 
 def topics_of_namespace_response(rid: int, topics: Sequence[str]) -> TopicsOfNamespaceResponse:

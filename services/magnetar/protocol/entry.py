@@ -52,6 +52,9 @@ class EntryMeta(TypedDict):
     ek: NotRequired[list[list[Any]]]  # [key name, wrapped data key, key metadata] per public key
     ep: NotRequired[bytes]  # the AES-GCM nonce
     ea: NotRequired[str]  # the algorithm, "AES-256-GCM"
+    # The version of the topic's schema the entry's messages were written with (WIRE.md R122);
+    # absent: written without a schema (bytes).
+    sv: NotRequired[int]
 
 
 # The chunk keys of ``EntryMeta`` (``client.chunking`` writes and reads them; the broker leaves them alone).
@@ -62,6 +65,8 @@ META_TOTAL_CHUNK_SIZE: Final = "ts"
 # The key that marks an end-to-end encrypted entry (WIRE.md R114): its payload is ciphertext that
 # no server-side reader (compaction, peek, Spark) can decode.
 META_ENCRYPTION_KEYS: Final = "ek"
+# The writer's schema version (WIRE.md R122): readers decode each entry with the version it carries.
+META_SCHEMA_VERSION: Final = "sv"
 
 
 def encode_entry(meta: EntryMeta, payload: bytes) -> bytes:
