@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     """Forward the client's public names (``magnetar.Client``, ``magnetar.Result``...)."""
-    if name in ("asyncio", "exceptions"):  # real submodules (``magnetar.exceptions.Timeout``), loaded on use
+    if name in ("asyncio", "exceptions", "schema"):  # real submodules (``magnetar.exceptions.Timeout``), loaded on use
         return importlib.import_module(f"magnetar.{name}")
     if name.startswith("_") or name == "client":
         raise AttributeError(name)

@@ -14,8 +14,7 @@ since a pulsar program never passes them. A parameter that pulsar-client require
 default in Magnetar (no pulsar call can notice).
 
 Deliberate differences are xfailed here BY NAME, strictly, and each is listed with its reason in
-the README's "Coming from Pulsar" section; ``pulsar.schema`` belongs to issue 17 and is xfailed
-("issue 17") where it is missing. Anything else that fails is a defect.
+the README's "Coming from Pulsar" section. Anything else that fails is a defect.
 """
 
 from __future__ import annotations
@@ -493,13 +492,14 @@ ASYNCIO_NAMES = [
     "ConsumerCryptoFailureAction",
 ]
 
-# ``pulsar.schema`` (issue 17).
+# ``pulsar.schema`` (3.12 added ``ProtobufNativeSchema``).
 SCHEMA_NAMES = [
     "Schema",
     "BytesSchema",
     "StringSchema",
     "JsonSchema",
     "AvroSchema",
+    "ProtobufNativeSchema",
     "Record",
     "Field",
     "Null",
@@ -518,7 +518,6 @@ SCHEMA_NAMES = [
 # ------------------------------------------------------------------- deliberate differences (README)
 
 README = "see README 'Coming from Pulsar', every remaining difference"
-ISSUE_17 = "issue 17"
 
 # Names Magnetar deliberately lacks: each is listed, with its reason, in the README.
 DELIBERATE: dict[str, str] = {
@@ -540,7 +539,6 @@ DELIBERATE: dict[str, str] = {
     "sig:MessageBatch.with_message_id": README,
     "sig:MessageBatch.parse_from": README,
 }
-SCHEMA_CASES = {"sub:schema", *(f"schema:{n}" for n in SCHEMA_NAMES)}
 
 # Defaults Magnetar deliberately keeps different, (path, parameter): README's reason. The signature
 # cases check every other part of these signatures; ``test_deliberate_default`` xfails each by name.
@@ -555,18 +553,7 @@ DELIBERATE_DEFAULTS: dict[tuple[str, str], str] = {
 def _marks(case_id: str) -> list[pytest.MarkDecorator]:
     if case_id in DELIBERATE:
         return [pytest.mark.xfail(reason=DELIBERATE[case_id], strict=True)]
-    if case_id in SCHEMA_CASES and _schema_missing(case_id):
-        return [pytest.mark.xfail(reason=ISSUE_17, strict=True)]
     return []
-
-
-def _schema_missing(case_id: str) -> bool:
-    """Issue 17 owns ``magnetar.schema``: xfail only what is missing, so what exists is checked."""
-    try:
-        module = importlib.import_module("magnetar.schema")
-    except ImportError:
-        return True
-    return case_id != "sub:schema" and not hasattr(module, case_id.split(":", 1)[1])
 
 
 def cases(prefix: str, names: list[str]) -> list[Any]:
