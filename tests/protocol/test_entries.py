@@ -31,8 +31,9 @@ def test_r29_meta_has_the_documented_keys_and_payload_is_a_list_of_records(compr
     meta, payload = encode_batch(records, producer_name="p", first_sequence_id=5, compression=compression)
     assert list(meta) == ["pn", "seq", "n", "crc", "comp", "usize", "pt", "b"]
     # The optional keys: a Key_Shared routing key, a delayed message's deliver-at time, the highest
-    # sequence id (R40a), the chunk keys (R41a) and a compacted copy's removed indexes (R46c).
-    optional = {"k", "dt", "hs", "uuid", "cid", "cn", "ts", "cx", "ek", "ep", "ea"}
+    # sequence id (R40a), the chunk keys (R41a), a compacted copy's removed indexes (R46c), the
+    # encryption keys (R114) and the writer's schema version (R122).
+    optional = {"k", "dt", "hs", "uuid", "cid", "cn", "ts", "cx", "ek", "ep", "ea", "sv"}
     assert set(meta) | optional == set(EntryMeta.__annotations__)
     keyed, _ = encode_batch(records, producer_name="p", first_sequence_id=5, key="key", deliver_at=123)
     assert (keyed["k"], keyed["dt"]) == ("key", 123)

@@ -46,6 +46,8 @@ from magnetar.broker.non_persistent_admin import add_non_persistent_routes
 from magnetar.broker.permissions_admin import add_permission_routes
 from magnetar.broker.policies import POLICY_ENDPOINTS, PolicyError, unenforced
 from magnetar.broker.resources import Conflict
+from magnetar.broker.schema_admin import add_schema_routes
+from magnetar.broker.schema_registry import SchemaRegistry
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.trim_admin import add_trim_route
 from magnetar.metadata import paths
@@ -212,6 +214,7 @@ class AdminServer:
         add_permission_routes(self.app, self.service)  # .../permissions, subscriptionAuthMode: permissions_admin.py
         add_isolation_routes(self.app, self.service)  # /admin/v2/clusters/...: isolation_admin.py
         add_cluster_routes(self.app, self.service)  # /admin/v2/clusters/{cluster}: clusters_admin.py
+        add_schema_routes(self.app, self)  # /admin/v2/schemas/..., schema policies' PUT: schema_admin.py
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
@@ -478,6 +481,8 @@ class AdminServer:
         if forwarded is not None:
             return forwarded
         await self.service.delete_topic(name, force=_force(request))
+        if name.partition_index < 0:  # R123: the topic's schema goes with it (a partition's is shared)
+            await SchemaRegistry(self.service.store).remove(name)
         return web.Response(status=204)
 
     async def delete_partitioned(self, request: web.Request) -> web.StreamResponse:
@@ -502,6 +507,7 @@ class AdminServer:
                     await self.service.delete_topic(part, force=force)
         if n:
             await res.delete_topic_record(name)
+            await SchemaRegistry(self.service.store).remove(name)  # R123
             return
         remote = await self._call_owner(
             name, "DELETE", f"/admin/v2/persistent/{name.path}{'?force=true' if force else ''}"
@@ -510,6 +516,7 @@ class AdminServer:
             self._raise_for(remote)
         else:
             await self.service.delete_topic(name, force=force)
+        await SchemaRegistry(self.service.store).remove(name)  # R123 (the owner did it too when forwarded)
 
     async def topic_stats(self, request: web.Request) -> web.StreamResponse:
         name = self._topic(request)

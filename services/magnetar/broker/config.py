@@ -98,6 +98,12 @@ class BrokerConfig:
     max_concurrent_lookup_request: int = 50000
     pre_authentication_max_frame_size: int = 64 * 1024
     pre_authentication_timeout_seconds: float = 30.0
+    # Schemas (broker/schema_admission.py, WIRE.md R124), Pulsar's names and defaults: the last level
+    # of the compatibility strategy (a name of ``CompatibilityStrategy``), of schema validation
+    # (a producer without schema on a topic with one) and of automatic schema registration.
+    schema_compatibility_strategy: str = "FULL"
+    is_schema_validation_enforced: bool = False
+    is_allow_auto_update_schema_enabled: bool = True
     managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
 
     @property

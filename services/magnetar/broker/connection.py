@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from magnetar import __version__
+from magnetar.broker import schema_admission
 from magnetar.broker.auth.providers import authentication_for
 from magnetar.broker.auth.session import ConnectionAuth
 from magnetar.broker.auth.tls_provider import with_peer_certificate
@@ -40,6 +41,7 @@ from magnetar.broker.non_persistent_topic import NonPersistentSubscription, NonP
 from magnetar.broker.producer import ServerProducer
 from magnetar.broker.producer_access import access_mode_of, epoch_of, producer_metadata
 from magnetar.broker.rate_limit import ReadThrottle, publish_delay
+from magnetar.broker.schema_registry import SchemaRegistry
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.subscription_admin import LATEST_ID, mark_delete_for_publish_time
@@ -58,6 +60,7 @@ from magnetar.protocol.errors import (
     MessageTooLarge,
     NotConnected,
     ProducerBusy,
+    TopicNotFound,
     UnknownCommand,
     Unsupported,
 )
@@ -199,6 +202,7 @@ class ServerConnection(asyncio.Protocol):
             c.SEEK_PUBLISH_TIME: self._seek_publish_time,
             c.GET_LAST_MESSAGE_ID: self._get_last_message_id,
             c.GET_TOPICS_OF_NAMESPACE: self._get_topics_of_namespace,
+            c.GET_SCHEMA: self._get_schema,
             c.AUTH_RESPONSE: self._auth_response,
         }
 
@@ -395,12 +399,17 @@ class ServerConnection(asyncio.Protocol):
     def _producer(self, cmd: c.Producer) -> None:
         name = TopicName.parse(cmd["topic"])
         pid = int(cmd["producer_id"])
+        schema = schema_admission.schema_of(cmd.get("schema"))  # R118: a bad map is InvalidCommand
 
         async def run() -> None:
             if pid in self.producers:
                 raise ProducerBusy(f"producer id {pid} is already in use on this connection")
             await authz.check_produce(self.service, name, self.auth_role)  # R71: before the topic loads
             topic = await self.service.get_any_topic(name)
+            service = self.service  # R119: the schema is admitted (and registered) before anything else
+            schema_version = await schema_admission.admit_producer(
+                service.store, service.resources, service.config, name, schema
+            )
             pname = cmd.get("producer_name") or f"standalone-{_NAME_TOKEN}-{self.id}-{pid}"
             producer = ServerProducer(pid, pname, self.id, metadata=producer_metadata(cmd.get("metadata")))
             mode, epoch = access_mode_of(cmd.get("access_mode")), epoch_of(cmd.get("epoch"))
@@ -421,7 +430,7 @@ class ServerConnection(asyncio.Protocol):
                 raise
             last = topic.dedup.last_sequence_id(pname) if isinstance(topic, PersistentTopic) else -1
             self.producers[pid] = (producer, topic)
-            self.write(c.producer_success(cmd["rid"], pname, last, topic_epoch=granted))
+            self.write(c.producer_success(cmd["rid"], pname, last, topic_epoch=granted, schema_version=schema_version))
 
         self.guard.check_producer(len(self.producers))  # R88: maxProducersPerConnection
         self._spawn(cmd["rid"], self.guard.counting_producer(run()))
@@ -511,6 +520,7 @@ class ServerConnection(asyncio.Protocol):
         earliest = cmd.get("initial_position", "Latest") == "Earliest"
         read_compacted = bool(cmd.get("read_compacted", False))
         metadata = consumer_metadata(cmd.get("properties"))  # R106
+        schema = schema_admission.schema_of(cmd.get("schema"))  # R118
         if read_compacted:  # R46b: persistent topics, Exclusive and Failover only
             compaction_reads.check_read_compacted(name, sub_type)
 
@@ -519,6 +529,8 @@ class ServerConnection(asyncio.Protocol):
                 raise InvalidCommand(f"consumer id {cid} is already in use on this connection")
             await authz.check_subscribe(self.service, name, self.auth_role, sub_name)  # R72
             topic = await self.service.get_any_topic(name)
+            service = self.service  # R120: before the consumer joins (it is not "another consumer")
+            await schema_admission.admit_consumer(service.store, service.resources, service.config, name, topic, schema)
             consumer = ServerConsumer(
                 cid,
                 str(cmd.get("consumer_name") or f"consumer-{self.id}-{cid}"),
@@ -690,6 +702,23 @@ class ServerConnection(asyncio.Protocol):
                     batch = int(meta.get("n", 1)) - 1 if meta.get("b") else -1
             md = sub.cursor.mark_delete
             self.write(c.last_message_id_response(cmd["rid"], ledger, entry, batch, [md.ledger_id, md.entry_id]))
+
+        self._spawn(cmd["rid"], run())
+
+    def _get_schema(self, cmd: c.GetSchema) -> None:
+        """R121: a version of the topic's schema (the newest live one without ``version``); any
+        broker answers, the registry being in the metadata store."""
+        name = TopicName.parse(cmd["topic"])
+        raw = cmd.get("version")
+        version = None if raw is None else _int(raw, "version")
+
+        async def run() -> None:
+            await authz.check_lookup(self.service, name, self.auth_role)  # as lookup (R70)
+            found = await SchemaRegistry(self.service.store).get(name, version)
+            if found is None:
+                which = "latest" if version is None else str(version)
+                raise TopicNotFound(f"no schema version {which} for topic {name}")
+            self.write(c.get_schema_response(cmd["rid"], found.version, found.info.to_wire()))
 
         self._spawn(cmd["rid"], run())
 

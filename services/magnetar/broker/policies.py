@@ -16,6 +16,7 @@ from typing import Any
 from magnetar.broker import quota_policy
 from magnetar.broker.rate_policy import RATE_ENDPOINTS, RATE_FIELDS, normalize_rate
 from magnetar.protocol.errors import InvalidCommand
+from magnetar.schema.info import CompatibilityStrategy
 
 
 class PolicyError(InvalidCommand):
@@ -42,6 +43,10 @@ POLICY_ENDPOINTS: dict[str, str] = {
     "maxProducers": "max_producers_per_topic",
     "maxConsumers": "max_consumers_per_topic",
     "compactionThreshold": "compaction_threshold",
+    # Schema policies (WIRE.md R124): Pulsar's REST names; the topic level has the first two.
+    "schemaCompatibilityStrategy": "schema_compatibility_strategy",
+    "schemaValidationEnforced": "schema_validation_enforced",
+    "isAllowAutoUpdateSchema": "is_allow_auto_update_schema",
 }
 FIELDS = (
     *RATE_FIELDS,
@@ -54,6 +59,9 @@ FIELDS = (
     "max_producers_per_topic",
     "max_consumers_per_topic",
     "compaction_threshold",
+    "schema_compatibility_strategy",
+    "schema_validation_enforced",
+    "is_allow_auto_update_schema",
 )
 ENFORCED = frozenset(FIELDS)  # every stored field is acted on today
 
@@ -106,6 +114,15 @@ def normalize(field: str, value: Any) -> Any:
         return _int(value, "deduplicationSnapshotInterval", 0)
     if field == "compaction_threshold":  # bytes after the compaction horizon (broker/compaction/monitor.py)
         return _int(value, "compactionThreshold", 0)
+    if field == "schema_compatibility_strategy":  # a name, stored as Pulsar's enum name
+        try:
+            return CompatibilityStrategy.parse(value).name
+        except InvalidCommand as exc:
+            raise PolicyError(str(exc)) from None
+    if field in ("schema_validation_enforced", "is_allow_auto_update_schema"):
+        if not isinstance(value, bool):
+            raise PolicyError(f"{field} must be true or false, got {value!r}")
+        return value
     if field in ("max_producers_per_topic", "max_consumers_per_topic"):
         return _int(value, field, 0)
     if field in RATE_FIELDS:

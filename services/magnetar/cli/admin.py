@@ -30,6 +30,7 @@ from magnetar.cli.admin_compaction import COMPACTION_ACTIONS, add_compaction_ver
 from magnetar.cli.admin_isolation import GROUP as ISOLATION_GROUP
 from magnetar.cli.admin_isolation import add_isolation_verbs, run_isolation_verb
 from magnetar.cli.admin_permissions import add_permission_verbs, is_permission_verb, run_permission_verb
+from magnetar.cli.admin_schemas import add_schema_verbs, is_schema_verb, run_schema_verb
 from magnetar.protocol.topic_name import TopicName
 
 DEFAULT_URL = os.environ.get("MAGNETAR_ADMIN_URL", "http://127.0.0.1:8080")
@@ -364,6 +365,8 @@ def run(args: argparse.Namespace) -> Any:
         return run_permission_verb(
             url, args, request, lambda name: f"/admin/v2/{TopicName.parse(name).domain}/{_topic_path(name)}"
         )
+    if is_schema_verb(g, a):  # cli/admin_schemas.py
+        return run_schema_verb(url, args, request)
     if g == ISOLATION_GROUP:  # cli/admin_isolation.py
         return run_isolation_verb(url, args, request)
     if g == "bookies":
@@ -587,6 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compaction_verbs(n, tp)
     add_isolation_verbs(groups)
     add_permission_verbs(n, tp)
+    add_schema_verbs(groups, n)
     return p
 
 

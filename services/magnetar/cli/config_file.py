@@ -85,6 +85,10 @@ KEYS: dict[str, dict[str, str]] = {
         # Advertised listeners (cli/listener_flags.py, broker/advertised_listeners.py)
         "advertisedListeners": "advertised_listeners",
         "internalListenerName": "internal_listener_name",
+        # Schemas (cli/schema_flags.py, broker/schema_admission.py)
+        "schemaCompatibilityStrategy": "schema_compatibility_strategy",
+        "isSchemaValidationEnforced": "is_schema_validation_enforced",
+        "isAllowAutoUpdateSchemaEnabled": "is_allow_auto_update_schema_enabled",
     },
     "bookie": {
         "metadataUrl": "metadata_url",

@@ -180,6 +180,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     from magnetar.cli.auth_flags import auth_settings, check_auth_settings
     from magnetar.cli.limit_flags import limit_settings
     from magnetar.cli.listener_flags import listener_settings
+    from magnetar.cli.schema_flags import schema_settings
     from magnetar.node.standalone import Standalone, StandaloneConfig
 
     broker = BrokerConfig(
@@ -194,6 +195,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         **_tls_settings(args),
         **auth_settings(args),
         **limit_settings(args),
+        **schema_settings(args),
     )
     check_auth_settings(broker)
     _check_tls_settings(broker)
@@ -256,6 +258,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from magnetar.cli.bookie_security_flags import bookkeeper_client_settings, checked, client_security
     from magnetar.cli.limit_flags import limit_settings
     from magnetar.cli.listener_flags import listener_settings
+    from magnetar.cli.schema_flags import schema_settings
     from magnetar.node.broker import BrokerNode
 
     config = BrokerConfig(
@@ -273,6 +276,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         **_tls_settings(args),
         **auth_settings(args),
         **limit_settings(args),
+        **schema_settings(args),
         **bookkeeper_client_settings(args),
     )
     check_auth_settings(config)
@@ -316,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     from magnetar.cli.bookie_security_flags import add_bookie_server_flags, add_bookkeeper_client_flags
     from magnetar.cli.limit_flags import add_limit_flags
     from magnetar.cli.listener_flags import add_listener_flags
+    from magnetar.cli.schema_flags import add_schema_flags
     from magnetar.cli.tokens import add_tokens_command
 
     parser = argparse.ArgumentParser(prog="magnetar", description="Magnetar pub/sub messaging")
@@ -337,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_auth_flags(sa)
     _add_tls_flags(sa)
     add_limit_flags(sa)
+    add_schema_flags(sa)
     add_listener_flags(sa)
     sa.set_defaults(func=cmd_standalone)
 
@@ -377,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_auth_flags(br)
     _add_tls_flags(br)
     add_limit_flags(br)
+    add_schema_flags(br)
     add_bookkeeper_client_flags(br)
     add_listener_flags(br)
     br.set_defaults(func=cmd_broker, _parser=br)

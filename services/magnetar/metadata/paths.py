@@ -23,6 +23,7 @@ BOOKIES_COOKIES = "/bookies/cookies"
 BROKERS_AVAILABLE = "/brokers/available"
 OWNERSHIP = "/ownership"
 UNDERREPLICATED = "/underreplicated"
+SCHEMAS = "/schemas"
 
 
 def _segment(kind: str, value: str) -> str:
@@ -91,6 +92,13 @@ def managed_ledger_properties(topic_name: TopicName | str) -> str:
 
 def managed_ledger_property(topic_name: TopicName | str, key: str) -> str:
     return f"{managed_ledger_properties(topic_name)}/{_segment('property', key)}"
+
+
+def schema(tenant_name: str, ns: str, local: str) -> str:
+    """A topic's schema registry record (WIRE.md R123): ``/schemas/{tenant}/{ns}/{local}``, keyed by
+    the base topic (no domain, no ``-partition-N``) so partitions and both domains share it."""
+    t, n, x = _segment("tenant", tenant_name), _segment("namespace", ns), _segment("topic", local)
+    return f"{SCHEMAS}/{t}/{n}/{x}"
 
 
 def ledger(ledger_id: int) -> str:

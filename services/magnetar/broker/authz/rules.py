@@ -76,6 +76,11 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", _NS + "/permissions/{subscription}/{role}"): Rule(Kind.TENANT, "REVOKE_PERMISSION"),
     ("GET", _NS + "/subscriptionAuthMode"): Rule(Kind.TENANT, "READ_POLICY"),
     ("POST", _NS + "/subscriptionAuthMode"): Rule(Kind.TENANT, "WRITE_POLICY"),
+    # schema policies (broker/schema_admin.py): Pulsar's PUT, and GETs that answer the defaults
+    ("PUT", _NS + "/schemaCompatibilityStrategy"): Rule(Kind.TENANT, "WRITE_POLICY"),
+    ("GET", _NS + "/schemaCompatibilityStrategy"): Rule(Kind.TENANT, "READ_POLICY"),
+    ("GET", _NS + "/schemaValidationEnforced"): Rule(Kind.TENANT, "READ_POLICY"),
+    ("GET", _NS + "/isAllowAutoUpdateSchema"): Rule(Kind.TENANT, "READ_POLICY"),
     # clusters: Pulsar's ClustersBase.getClusters checks no role (any authenticated caller);
     # its namespace isolation policy routes are superuser-only (broker/isolation_admin.py)
     ("GET", "/admin/v2/clusters"): Rule(Kind.OPEN, "LIST_CLUSTERS"),
@@ -131,6 +136,7 @@ _PERSISTENT_ONLY: dict[tuple[str, str], Rule] = {
     ("DELETE", "/{topic}/subscription/{sub}"): Rule(Kind.CONSUME, "UNSUBSCRIBE"),
     ("GET", "/{topic}/{policy}"): Rule(Kind.TENANT, "READ_TOPIC_POLICY"),
     ("POST", "/{topic}/{policy}"): Rule(Kind.TENANT, "WRITE_TOPIC_POLICY"),
+    ("PUT", "/{topic}/schemaCompatibilityStrategy"): Rule(Kind.TENANT, "WRITE_TOPIC_POLICY"),
     ("DELETE", "/{topic}/{policy}"): Rule(Kind.TENANT, "WRITE_TOPIC_POLICY"),
 }
 _NON_PERSISTENT_ONLY: dict[tuple[str, str], Rule] = {
@@ -141,6 +147,22 @@ for _domain, _only in (("persistent", _PERSISTENT_ONLY), ("non-persistent", _NON
     RULES[("GET", f"/lookup/v2/topic/{_domain}/{{tenant}}/{{ns}}/{{topic}}")] = Rule(Kind.LOOKUP, "LOOKUP")
     for (_method, _suffix), _rule in {**_TOPIC_ROUTES, **_only}.items():
         RULES[(_method, f"/admin/v2/{_domain}/{{tenant}}/{{ns}}{_suffix}")] = _rule
+
+
+# The schema registry (broker/schema_admin.py), Pulsar's SchemasResource: reading and testing a
+# schema need a produce or consume grant (as the binary get_schema, R121); changing it is an admin's.
+_SCHEMAS = "/admin/v2/schemas/{tenant}/{ns}/{topic}"
+RULES.update(
+    {
+        ("GET", _SCHEMAS + "/schema"): Rule(Kind.LOOKUP, "GET_SCHEMA"),
+        ("GET", _SCHEMAS + "/schema/{version}"): Rule(Kind.LOOKUP, "GET_SCHEMA"),
+        ("GET", _SCHEMAS + "/schemas"): Rule(Kind.LOOKUP, "GET_SCHEMA"),
+        ("POST", _SCHEMAS + "/compatibility"): Rule(Kind.LOOKUP, "GET_SCHEMA"),
+        ("POST", _SCHEMAS + "/version"): Rule(Kind.LOOKUP, "GET_SCHEMA"),
+        ("POST", _SCHEMAS + "/schema"): Rule(Kind.TENANT, "PRODUCE"),
+        ("DELETE", _SCHEMAS + "/schema"): Rule(Kind.TENANT, "DELETE_SCHEMA"),
+    }
+)
 
 
 def rule_for(method: str, pattern: str | None) -> Rule:
