@@ -50,7 +50,7 @@ Where we differ from Pulsar, on purpose or for now:
   ``hashing_scheme``: both put a key on the partition a Java producer puts it on;
 - ``create_producer`` takes pulsar-client's arguments in its order, but batches by default
   (``batching_enabled=True``), turns batching off for ``chunking_enabled=True`` instead of
-  refusing the pair, and a ``schema`` other than bytes raises ``Unsupported``; ``access_mode`` is
+  refusing the pair; ``access_mode`` is
   enforced by the broker (``broker.producer_access``), but a second ``Exclusive`` producer gets
   ``ProducerBusy`` (recent Pulsar brokers answer ``ProducerFenced``), and with
   ``lazy_start_partitioned_producers`` partition 0 starts at creation even under
@@ -64,8 +64,13 @@ Where we differ from Pulsar, on purpose or for now:
   and ignored (no geo-replication);
 - a default batch of messages with different keys is routed (Key_Shared) by the first key in it,
   even when its first message has none;
-- a ``subscribe`` schema other than bytes raises ``Unsupported``;
-  ``replicate_subscription_state_enabled`` and ``broker_consumer_stats_cache_time_ms`` are accepted
+- ``schema=`` (``magnetar.schema``: ``AvroSchema``, ``JsonSchema``, ``StringSchema``, ...) defaults
+  to None (bytes) on every call, as in ``pulsar.asyncio``; objects are encoded at ``send`` and
+  ``Message.value()`` decodes with the version each message was written with, for ``AvroSchema``
+  fetched (``Client.get_schema_info``) before the message is handed out, so ``value()`` never
+  blocks (``schema_codec``); ``send(None)`` stays a null value with a schema too (``value()``:
+  None); a ``TableView`` with a schema holds decoded values and tells listeners None for a deletion;
+- ``replicate_subscription_state_enabled`` and ``broker_consumer_stats_cache_time_ms`` are accepted
   and have no effect (no geo-replication, no consumer stats call); ``batch_receive`` and
   ``get_last_message_id`` are on the asyncio consumer too (``batch_receive``);
 - beyond pulsar-client, ``subscribe`` takes the keyword-only ``retry_enable`` (also reading

@@ -69,6 +69,7 @@ from magnetar.client.producer_start import starts_lazily
 from magnetar.client.reader import Reader, reader_subscription_name, start_for_partition
 from magnetar.client.reconnect import Backoff
 from magnetar.client.routing import MessageRouter
+from magnetar.client.schema_codec import WriterSchemas
 from magnetar.client.service_info import ServiceInfo, ServiceInfoProvider, as_provider
 from magnetar.client.service_target import ServiceTarget, TlsSettings
 from magnetar.client.shutdown import abandon_now
@@ -83,6 +84,7 @@ from magnetar.protocol.errors import (
 )
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.topic_name import TopicName
+from magnetar.schema.info import SchemaInfo
 
 __all__ = [
     "BatchingType",
@@ -210,6 +212,8 @@ class Client:
             raise ValueError("partitions_update_interval must be >= 0 (0 disables the updates)")
         self._partitions_update_interval = float(partitions_update_interval)
         self._updaters: set[PartitionsUpdater] = set()
+        # Writer schemas by (topic, version), fetched once for every consumer of this client.
+        self._writer_schemas = WriterSchemas(self._fetch_schema)
         self._closed = False
         # The wait between attempts; tests swap in a recorder instead of sleeping for real.
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -449,6 +453,27 @@ class Client:
         name = TopicName.parse(topic)
         n = await self._partitions(name)
         return [str(name.partition(i)) for i in range(n)] if n else [str(name)]
+
+    async def _fetch_schema(self, topic: str, version: int | None) -> tuple[int, SchemaInfo]:
+        """One version of ``topic``'s schema (None: the newest) from its owner (``get_schema``, R121)."""
+
+        async def ask() -> tuple[int, SchemaInfo]:
+            conn = await self.lookup(topic)
+            answer: cmds.GetSchemaResponse = await conn.request(cmds.get_schema(topic, version))
+            return int(answer["version"]), SchemaInfo.from_wire(answer["schema"])
+
+        return await self._retrying(ask, f"schema version {version} of {topic}")
+
+    async def get_schema_info(self, topic: str, version: int | None = None) -> SchemaInfo:
+        """Version ``version`` of ``topic``'s schema (None: the newest live one), as pulsar-client's
+        ``_pulsar.Client.get_schema_info``; ``TopicNotFound`` when there is no such version."""
+        if not isinstance(topic, str):
+            raise ValueError(f"Argument topic is expected to be of type 'str' and not '{type(topic).__name__}'")
+        name = TopicName.parse(topic)
+        if version is None:
+            return (await self._fetch_schema(str(name), None))[1]
+        key = name.partitioned_base.path
+        return await self._writer_schemas.load(str(name), key, int(version))
 
     def _targets(self, name: TopicName, partitions: int) -> list[tuple[str, int]]:
         if partitions == 0:
@@ -746,6 +771,7 @@ class Client:
                 durable=durable,
                 start_message_id=None if start is None else start(index if partitioned else -1),
                 start_inclusive=inclusive if start is not None else False,
+                writer_schemas=self._writer_schemas,
             )
             part.permits = FlowPermits(config.queue_size_per_partition(len(consumer._parts) + len(targets)))
             await part.attach_first()

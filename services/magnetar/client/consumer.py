@@ -62,6 +62,7 @@ from magnetar.client.message import EntryInfo, Message
 from magnetar.client.options import ConsumerType, KeySharedMode
 from magnetar.client.reconnect import Attachment, Resolver
 from magnetar.client.redelivery import AckTimeoutTracker, NegativeAckTracker
+from magnetar.client.schema_codec import MessageDecoder, WriterSchemaGate, WriterSchemas, message_decoder
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.batch import META_BATCHED, META_COUNT, META_CRC, META_PUBLISH_TIME, decode_batch
 from magnetar.protocol.checksum import crc32c
@@ -112,6 +113,7 @@ class PartitionConsumer(Attachment):
         start_message_id: MessageId | None = None,
         start_inclusive: bool = False,
         subscription: str | None = None,
+        writer_schemas: WriterSchemas | None = None,
     ) -> None:
         super().__init__(resolver)
         self.topic = topic
@@ -133,6 +135,14 @@ class PartitionConsumer(Attachment):
         self._deliver = deliver
         self._on_closed = on_closed
         self._discard_queued = discard_queued
+        # ``Message.value()`` decodes with it; None for bytes (``schema_codec``).
+        self.decoder: MessageDecoder | None = message_decoder(config.schema, topic, writer_schemas)
+        self._gate: WriterSchemaGate | None = None
+        if self.decoder is not None and self.decoder.needs_writer:
+            # Messages wait here, in order, while a writer schema is fetched; dropped with the queue.
+            gate = self._gate = WriterSchemaGate(self.decoder, deliver, self._loop)
+            self._deliver = gate.deliver
+            self._discard_queued = lambda part: [*(discard_queued(part) or ()), *gate.take()]
         self.permits = FlowPermits(config.receiver_queue_size)
         self.tracker = BatchAckTracker()
         self._batch_index_ack = config.batch_index_ack_enabled
@@ -237,6 +247,7 @@ class PartitionConsumer(Attachment):
             start_inclusive=inclusive if start is not None else False,
             read_compacted=config.is_read_compacted,
             properties=config.properties,
+            schema=self.decoder.wire if self.decoder is not None else None,
         )
 
     async def _attach(self, conn: Connection) -> None:
@@ -883,6 +894,8 @@ class PartitionConsumer(Attachment):
         limit = self._resolver.operation_timeout
         deadline = self._loop.time() + limit
         self._stop_timers()
+        if self._gate is not None:
+            self._gate.close()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=limit)
         if not await self.wait_acks_durable(max(deadline - self._loop.time(), 0.001)):

@@ -46,6 +46,7 @@ from magnetar.client.options import (
     RedeliveryBackoff,
     RegexSubscriptionMode,
 )
+from magnetar.client.schema_codec import check_schema
 from magnetar.protocol.errors import Unsupported
 from magnetar.protocol.message_id import MessageId
 
@@ -88,17 +89,13 @@ ProducerFactory = Callable[[str], Awaitable[LetterProducer]]
 SubscriberFactory = Callable[[str, str], Awaitable[None]]
 
 
-def _is_bytes_schema(schema: object) -> bool:
-    return schema is None or type(schema).__name__ == "BytesSchema"
-
-
 @dataclass
 class ConsumerConfig:
     """The options of one consumer (see the module docstring); validated on construction."""
 
     subscription_name: str
     consumer_type: ConsumerType = ConsumerType.Exclusive
-    # Only the bytes schema exists: None or a ``BytesSchema`` instance.
+    # A ``magnetar.schema`` schema; None or ``BytesSchema``: bytes (``schema_codec``).
     schema: Any = None
     message_listener: Callable[..., Any] | None = None
     receiver_queue_size: int = 1000
@@ -192,6 +189,7 @@ class ConsumerConfig:
             )
         if self.dead_letter_policy is not None and not isinstance(self.dead_letter_policy, ConsumerDeadLetterPolicy):
             raise ValueError("dead_letter_policy must be a ConsumerDeadLetterPolicy")
+        check_schema(self.schema)
         problem = self._unsupported()
         if problem:
             raise Unsupported(f"{problem} is not supported by the Magnetar client")
@@ -202,8 +200,6 @@ class ConsumerConfig:
         The client API layer may implement some of these itself (a message listener, say): it then
         clears the option before building the config.
         """
-        if not _is_bytes_schema(self.schema):
-            return f"schema {type(self.schema).__name__} (only the bytes schema exists)"
         if self.message_listener is not None:
             return "message_listener"
         return None

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from magnetar.client.schema_codec import NO_SCHEMA_VERSION, version_bytes
 from magnetar.protocol.batch import META_PRODUCER
-from magnetar.protocol.entry import EntryMeta
+from magnetar.protocol.entry import META_SCHEMA_VERSION, EntryMeta
 from magnetar.protocol.message_id import MessageId
 
 if TYPE_CHECKING:
@@ -74,11 +75,20 @@ class Message:
         payload: bytes | None = self._record[0]
         return payload if payload is not None else b""
 
-    def value(self) -> bytes | None:
-        """The payload decoded by the schema; Magnetar only has the bytes schema, so ``data()``;
-        None for a null value (``producer.send(None)``, see ``has_null_value``)."""
+    def value(self) -> Any:
+        """The payload decoded by the consumer's schema (``schema_codec``): for an ``AvroSchema``
+        read with the version the message was written with, fetched before the message was handed
+        out, so this never waits; the bytes themselves for a bytes consumer; None for a null value
+        (``producer.send(None)``, see ``has_null_value``). A payload the schema cannot decode
+        raises what the schema's decoding raises, as in pulsar-client."""
         payload: bytes | None = self._record[0]
-        return payload
+        if payload is None:
+            return None
+        owner = self._info.owner
+        decoder = owner.decoder if owner is not None else None
+        if decoder is None:
+            return payload
+        return decoder.decode(payload, self._info.meta)
 
     def has_null_value(self) -> bool:
         """Whether the message was sent with a null value (a tombstone, distinct from ``b""``)."""
@@ -96,8 +106,17 @@ class Message:
         return str(meta.get(META_PRODUCER, "")) if meta is not None else ""
 
     def schema_version(self) -> str:
-        """Always ``""``: Magnetar has only the bytes schema, so no message carries a schema version."""
-        return ""
+        """The writer's schema version as pulsar-client returns it: 8 big-endian bytes in a ``str``
+        (``""`` for a message written without a schema); ``int_schema_version`` is the number."""
+        meta = self._info.meta
+        version = meta.get(META_SCHEMA_VERSION) if meta is not None else None
+        return version_bytes(version)
+
+    def int_schema_version(self) -> int:
+        """The writer's schema version (WIRE.md R122), or -1 for a message written without a schema."""
+        meta = self._info.meta
+        version = meta.get(META_SCHEMA_VERSION) if meta is not None else None
+        return int(version) if version is not None else NO_SCHEMA_VERSION
 
     def encryption_context(self) -> EncryptionContext | None:
         """How the message was encrypted (``client.crypto``), or None for a message sent in the clear."""

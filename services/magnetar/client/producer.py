@@ -46,6 +46,7 @@ from magnetar.client.routing import (
     key_hasher,
     make_router,
 )
+from magnetar.client.schema_codec import producer_schema
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.batch import encode_batch
 from magnetar.protocol.compression import CompressionType
@@ -117,7 +118,9 @@ class ProducerConfig:
     pulsar-client's False); ``chunking_enabled=True`` turns batching off (pulsar-client raises
     ``ValueError`` when both are on, but cannot be asked to here, where batching is on by default);
     ``hashing_scheme`` is an extension (pulsar-client's Python API has none and always hashes with
-    ``BoostHash``). A schema other than bytes raises ``Unsupported`` here, at create time.
+    ``BoostHash``). A ``schema`` (``magnetar.schema``; None or ``BytesSchema``: bytes) is registered
+    by every partition producer, encodes objects at ``send`` and names its version in every entry
+    (``schema_codec``).
     ``encryption_key`` with ``crypto_key_reader`` encrypts every entry (``crypto``; its public key
     loads here, ``CryptoError`` if it cannot; without a reader: ``ValueError``, never plaintext).
     ``access_mode`` is enforced by the broker (WIRE.md R102-R103), ``properties`` go to it as the
@@ -146,6 +149,7 @@ class ProducerConfig:
         "producer_name",
         "properties",
         "schema",
+        "schema_codec",
         "send_timeout_millis",
     )
 
@@ -197,10 +201,8 @@ class ProducerConfig:
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items())
         ):
             raise ValueError("Argument properties is expected to be either None or a dict of str to str")
-        if schema is not None and type(schema).__name__ != "BytesSchema":
-            raise Unsupported(
-                f"schema {type(schema).__name__} is not supported by the Magnetar client (only the bytes schema exists)"
-            )
+        # The schema's wire form, encoder and registry version; None for bytes (``schema_codec``).
+        self.schema_codec = producer_schema(schema)
         # End-to-end encryption (``client.crypto``): the public keys load now, so a bad key file fails here.
         self.encryptor = Encryptor([encryption_key], crypto_key_reader) if encryption_key is not None else None
         if message_router is not None:
@@ -276,6 +278,8 @@ class PartitionProducer(Attachment):
         self._timeout = config.send_timeout_millis / 1000.0
         self.max_pending = config.max_pending_messages
         self._compression = config.compression_type
+        # The producer's schema (shared by its partitions: one registry version); None for bytes.
+        self._schema = config.schema_codec
         # Chunking (``client.chunking``) as the C++ client under pulsar-client decides it: asked for,
         # batching off (``ProducerConfig`` turns it off for chunking), and a persistent topic.
         self._chunking = (
@@ -309,6 +313,7 @@ class PartitionProducer(Attachment):
             access_mode=self._cfg.access_mode.name,
             epoch=self.topic_epoch,
             metadata=self._cfg.properties,
+            schema=self._schema.wire if self._schema is not None else None,
         )
         conn.register_producer(pid, self)
         try:
@@ -324,6 +329,8 @@ class PartitionProducer(Attachment):
             return
         self.producer_id = pid
         self.producer_name = str(answer.get("producer_name") or self.producer_name)
+        if self._schema is not None and answer.get("schema_version") is not None:
+            self._schema.version = int(answer["schema_version"])  # R119: the version it was found under
         if self._cfg.access_mode is not ProducerAccessMode.Shared and answer.get("topic_epoch") is not None:
             self.topic_epoch = int(answer["topic_epoch"])
         if not self._ever_attached:
@@ -338,6 +345,8 @@ class PartitionProducer(Attachment):
         self._max_bytes = min(self._cfg.batching_max_allowed_size_in_bytes, conn.max_message_size)
         try:
             for batch in self._inflight:
+                if self._schema is not None and batch.meta is not None and "sv" not in batch.meta:
+                    self._schema.stamp(batch.meta)  # sealed before any partition had registered (lazy start)
                 conn.write(self._send_cmd(batch))
         except MagnetarError as exc:  # the connection died under us: its loss was not ours to see
             conn.unregister_producer(pid)
@@ -547,6 +556,8 @@ class PartitionProducer(Attachment):
             )
         except (TypeError, ValueError) as exc:  # e.g. a property value msgpack cannot encode
             raise MagnetarError(f"cannot encode message: {exc}") from exc
+        if self._schema is not None:  # every chunk copies it from here (R122)
+            self._schema.stamp(meta)
         if self._cfg.encryptor is not None:  # the whole message, before it is cut into chunks
             payload = self._cfg.encryptor.seal(meta, payload)
         if sequence_id is not None:  # the message's own sequence id, for deduplication (as ``Batch.encode``)
@@ -659,6 +670,8 @@ class PartitionProducer(Attachment):
         """
         try:
             meta, payload = batch.encode(producer_name=self.producer_name, compression=self._compression)
+            if self._schema is not None:
+                self._schema.stamp(meta)  # R122, before encryption seals the entry
             if self._cfg.encryptor is not None:  # after compression, as Pulsar (``client.crypto``)
                 payload = self._cfg.encryptor.seal(meta, payload)
         except (TypeError, ValueError) as exc:  # e.g. a property value msgpack cannot encode
@@ -833,6 +846,9 @@ class Producer:
         self._parts = partitions
         self._partitioned = partitioned
         self._config = config if config is not None else ProducerConfig()
+        codec = self._config.schema_codec
+        # Turns a schema producer's objects into payloads at the call; None for bytes producers.
+        self._encode: Callable[[Any], bytes | None] | None = codec.encode if codec is not None else None
         self._closing = False
         # Keyed / round robin / single partition routing (hot path), or the user's message_router.
         self._router: RoundRobinRouter | SinglePartitionRouter | None = None
@@ -914,7 +930,7 @@ class Producer:
 
     async def send(
         self,
-        content: bytes | None,
+        content: Any,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | None = None,
@@ -946,7 +962,7 @@ class Producer:
 
     async def send_async(
         self,
-        content: bytes | None,
+        content: Any,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | None = None,
@@ -963,6 +979,8 @@ class Producer:
         The message arguments are ``send``'s; ``callback(result, msg_id)``, if given, is also called
         with the outcome.
         """
+        if self._encode is not None:
+            content = self._encode(content)  # TypeError for a wrong type, before anything is queued
         options = (
             None
             if ordering_key is None and sequence_id is None and deliver_at is None and deliver_after is None
@@ -981,7 +999,7 @@ class Producer:
 
     def send_nowait(
         self,
-        content: bytes | None,
+        content: Any,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | None = None,
@@ -994,6 +1012,8 @@ class Producer:
         callback: SendCallback | None = None,
     ) -> SendReceipt:
         """Queue one message without waiting; raises ``ProducerQueueIsFull`` when there is no room."""
+        if self._encode is not None:
+            content = self._encode(content)
         options = message_options(ordering_key, sequence_id, deliver_at, deliver_after)
         return self._pick(content, properties, partition_key, event_timestamp, options).send_nowait(
             content, properties, partition_key, event_timestamp, callback, options=options

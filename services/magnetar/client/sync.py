@@ -63,6 +63,7 @@ from magnetar.client.table_view import TableView
 from magnetar.client.waiting import wait_event, wait_future
 from magnetar.protocol.errors import AlreadyClosed, InvalidConfiguration, MagnetarError
 from magnetar.protocol.message_id import MessageId
+from magnetar.schema.info import SchemaInfo
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -393,6 +394,11 @@ class Client:
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._lt.run(self._client.get_topic_partitions(topic))
 
+    def get_schema_info(self, topic: str, version: int | None = None) -> SchemaInfo:
+        """Version ``version`` of ``topic``'s schema (None: the newest live one), as pulsar-client's
+        ``_pulsar.Client.get_schema_info`` (``aio.Client.get_schema_info``)."""
+        return self._lt.run(self._client.get_schema_info(topic, version))
+
     def close(self) -> None:
         """Close every producer (flushing), consumer and reader, then the connections.
 
@@ -468,7 +474,7 @@ class Producer:
 
     def send_async(
         self,
-        content: bytes | None,
+        content: Any,
         callback: SendCallback,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
@@ -486,7 +492,11 @@ class Producer:
         ``disable_replication`` are accepted and ignored (Magnetar has no geo-replication).
         """
         # Refused here, not later on the client's loop thread where the queue behind it would stall.
-        check_content(content)
+        encode = self._p._encode
+        if encode is None:
+            check_content(content)
+        else:
+            content = encode(content)  # the schema's TypeError for a wrong type, nothing queued
         check_message_arguments(
             properties,
             partition_key,
@@ -509,7 +519,7 @@ class Producer:
 
     def send(
         self,
-        content: bytes | None,
+        content: Any,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | None = None,
@@ -530,7 +540,11 @@ class Producer:
             outcome.append((result, msg_id))
             done.set()
 
-        check_content(content)
+        encode = self._p._encode
+        if encode is None:
+            check_content(content)
+        else:
+            content = encode(content)
         check_message_arguments(
             properties,
             partition_key,

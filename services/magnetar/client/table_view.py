@@ -17,6 +17,9 @@ How it works, as pulsar-client's (C++ ``TableViewImpl``):
   ``for_each_and_listen`` are called for each later update (with ``b""`` for a deletion, as
   pulsar-client's bytes schema hands them) on one of the client's ``message_listener_threads``,
   in order, as Pulsar calls them on its listener thread.
+- with a ``schema`` (``magnetar.schema``) the table holds decoded values (``Message.value()``, so
+  each message is read with the schema version it was written with); a deletion is then told to
+  listeners as None (pulsar-client decodes ``b""`` with the schema, which most schemas refuse).
 
 Reads (``get``, ``len``, ``for_each``) work on the table as it is, from any thread.
 """
@@ -28,6 +31,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from magnetar.client.message import Message
+from magnetar.client.schema_codec import is_bytes_schema
 from magnetar.protocol.message_id import MessageId
 
 if TYPE_CHECKING:
@@ -45,16 +49,19 @@ __all__ = ["TableView"]
 class TableView:
     """The latest value per key of a topic (``pulsar.TableView``); made by ``Client.create_table_view``."""
 
-    def __init__(self, reader: Reader, topic: str, subscription: str | None, run: Run[Any]) -> None:
+    def __init__(
+        self, reader: Reader, topic: str, subscription: str | None, run: Run[Any], decoded: bool = False
+    ) -> None:
         self._reader = reader
+        self._decoded = decoded  # a schema'd table: values are ``Message.value()``
         self._topic = topic
         self._subscription = subscription
         self._run = run
         self._lock = threading.Lock()
-        self._data: dict[str, bytes] = {}
+        self._data: dict[str, Any] = {}
         self._listeners: list[tuple[int, Listener]] = []
         self._seq = 0  # updates applied so far; a listener registered at seq S hears updates after S
-        self._update: tuple[int, str, bytes] | None = None  # the last update ``_take`` applied
+        self._update: tuple[int, str, Any] | None = None  # the last update ``_take`` applied
         self._pump: Pump | None = None
         self._closed = False
 
@@ -87,7 +94,7 @@ class TableView:
                 True,  # is_read_compacted
             )
         )
-        view = cls(reader, topic, subscription_name, run)
+        view = cls(reader, topic, subscription_name, run, decoded=not is_bytes_schema(schema))
         try:
             run(view._load())
             view._pump = pool.start(view._take, view._give)
@@ -110,13 +117,16 @@ class TableView:
                 self._update = update
                 return msg
 
-    def _apply(self, msg: Message) -> tuple[int, str, bytes] | None:
+    def _apply(self, msg: Message) -> tuple[int, str, Any] | None:
         if not msg.has_partition_key():
             return None
         key = msg.partition_key()
-        value = msg.data()  # b"" for a null value
+        data = msg.data()  # b"" for a null value
+        value: Any = data
+        if self._decoded:
+            value = msg.value() if data else None
         with self._lock:
-            if value:
+            if data:
                 self._data[key] = value
             else:
                 self._data.pop(key, None)
@@ -136,7 +146,7 @@ class TableView:
 
     # ---------------------------------------------------------------- pulsar.TableView
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str) -> Any:
         """The value of ``key``, or None when the table has no such key."""
         with self._lock:
             return self._data.get(key)
