@@ -54,7 +54,8 @@ class NotFound(AdminError):
 
 
 class Conflict(AdminError):
-    """409: already exists, or still in use (a tenant that still has namespaces)."""
+    """409: already exists, or still in use (a tenant that still has namespaces), or a schema
+    upload the live versions forbid under the compatibility strategy (IncompatibleSchema)."""
 
 
 class PreconditionFailed(AdminError):
@@ -281,10 +282,18 @@ class AdminClient:
         return await self.request("GET", _seg("namespaces", tenant, namespace, policy))
 
     async def set_namespace_policy(
-        self, tenant: str, namespace: str, policy: str, value: Any, *, params: dict[str, str] | None = None
+        self,
+        tenant: str,
+        namespace: str,
+        policy: str,
+        value: Any,
+        *,
+        params: dict[str, str] | None = None,
+        method: str = "POST",
     ) -> None:
+        """``method``: POST, or PUT for the endpoints Pulsar sets with PUT (schemaCompatibilityStrategy)."""
         path = _seg("namespaces", tenant, namespace, policy)
-        await self.request("POST", path, body=value, params=params)
+        await self.request(method, path, body=value, params=params)
 
     async def remove_namespace_policy(self, tenant: str, namespace: str, policy: str) -> None:
         await self.request("DELETE", _seg("namespaces", tenant, namespace, policy))
@@ -333,6 +342,34 @@ class AdminClient:
 
     async def remove_topic_policy(self, tenant: str, namespace: str, topic: str, policy: str) -> None:
         await self.request("DELETE", _seg("persistent", tenant, namespace, topic, policy))
+
+    # --- schemas (Pulsar's SchemasResource: /admin/v2/schemas/{tenant}/{namespace}/{topic}/...)
+    async def get_schema(self, tenant: str, namespace: str, topic: str) -> dict[str, Any] | None:
+        """The newest live version (``GetSchemaResponse``: version, type, data, properties, timestamp),
+        or None when the topic has no live schema (never uploaded, or deleted)."""
+        try:
+            found = await self.request("GET", _seg("schemas", tenant, namespace, topic, "schema"))
+        except NotFound:
+            return None
+        return dict(found) if isinstance(found, dict) else None
+
+    async def upload_schema(self, tenant: str, namespace: str, topic: str, payload: dict[str, Any]) -> None:
+        """POST a ``PostSchemaPayload`` {type, schema, properties}; Conflict (409) carries the
+        broker's IncompatibleSchema reason."""
+        await self.request("POST", _seg("schemas", tenant, namespace, topic, "schema"), body=payload)
+
+    async def delete_schema(self, tenant: str, namespace: str, topic: str, *, force: bool = False) -> None:
+        """Delete the live versions (a tombstone; ``force`` removes the whole history)."""
+        await self.request("DELETE", _seg("schemas", tenant, namespace, topic, "schema"), params=_force(force))
+
+    async def schema_compatibility(
+        self, tenant: str, namespace: str, topic: str, payload: dict[str, Any]
+    ) -> tuple[bool, str]:
+        """Whether the payload may be uploaded now, and the effective strategy the broker used."""
+        got = await self.request("POST", _seg("schemas", tenant, namespace, topic, "compatibility"), body=payload)
+        got = got if isinstance(got, dict) else {}
+        ok = got.get("isCompatibility", got.get("compatibility", False))
+        return bool(ok), str(got.get("schemaCompatibilityStrategy", ""))
 
     # --- namespace isolation policies (broker groups; the broker's isolation_admin.py)
     async def list_clusters(self) -> list[str]:

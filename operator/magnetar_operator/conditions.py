@@ -19,6 +19,8 @@ POLICIES = "PoliciesApplied"
 SCALING = "ScaleDownAllowed"
 #: True when every bookie pod runs the StatefulSet's latest template (rolling.py).
 ROLLING = "PodsUpToDate"
+#: True when the broker's newest live schema of a Topic is its spec.schemaInfo (topic_schema.py).
+SCHEMA = "SchemaApplied"
 
 
 def now() -> str:

@@ -72,9 +72,16 @@ async def reconcile_namespace(body: Mapping[str, Any], spec: Mapping[str, Any]) 
 
     async def set_policy(policy: Policy) -> None:
         params = dict(policy.params) if policy.params else None
-        await admin.set_namespace_policy(tenant, namespace, policy.endpoint, policy.body, params=params)
+        await admin.set_namespace_policy(
+            tenant, namespace, policy.endpoint, policy.body, params=params, method=policy.method
+        )
 
     async def remove(field: str) -> None:
+        if field in policies.SCHEMA_POLICY_UNSET:
+            # Pulsar has no DELETE for the two schema flags: "unset" is setting the default back.
+            unset = policies.desired({field: policies.SCHEMA_POLICY_UNSET[field]}, level="namespace")[field]
+            await set_policy(unset)
+            return
         await admin.remove_namespace_policy(tenant, namespace, policies.endpoint_of(field, level="namespace"))
 
     result = await policy_sync.sync(

@@ -27,10 +27,15 @@ class Policy:
     body: Any
     #: Query parameters of the POST (the backlog quota's type).
     params: Mapping[str, str] | None = None
+    #: The HTTP verb that sets it: POST, except where Pulsar's endpoint takes PUT.
+    method: str = "POST"
 
 
 class InvalidSpec(ValueError):
     """The spec asks for something impossible; the message says why, for the Ready condition."""
+
+    #: The condition that repeats the refusal beside Ready (a schema error names SchemaApplied).
+    condition_type: str = "PoliciesApplied"
 
 
 # CRD field -> (namespace endpoint, topic endpoint, key in the namespace GET policies document).
@@ -42,6 +47,21 @@ _ENDPOINTS: dict[str, tuple[str, str, str]] = {
     "deduplication": ("deduplication", "deduplication", "deduplicationEnabled"),
     "maxProducersPerTopic": ("maxProducersPerTopic", "maxProducers", "max_producers_per_topic"),
     "maxConsumersPerTopic": ("maxConsumersPerTopic", "maxConsumers", "max_consumers_per_topic"),
+    # Schema policies (WIRE.md R124), names as pulsar-resources-operator's PulsarNamespace.
+    "schemaCompatibilityStrategy": (
+        "schemaCompatibilityStrategy",
+        "schemaCompatibilityStrategy",
+        "schema_compatibility_strategy",
+    ),
+    "schemaValidationEnforced": ("schemaValidationEnforced", "schemaValidationEnforced", "schema_validation_enforced"),
+    "isAllowAutoUpdateSchema": ("isAllowAutoUpdateSchema", "isAllowAutoUpdateSchema", "is_allow_auto_update_schema"),
+}
+# What the broker means when one of them was never set (Pulsar's Policies defaults): a document
+# that leaves the key out reads as this value, and dropping the field from the spec sets it back.
+SCHEMA_POLICY_UNSET: dict[str, Any] = {
+    "schemaCompatibilityStrategy": "UNDEFINED",
+    "schemaValidationEnforced": False,
+    "isAllowAutoUpdateSchema": True,
 }
 # Topic CRDs say maxProducers / maxConsumers, as pulsar-admin topics does.
 _TOPIC_ALIASES = {"maxProducers": "maxProducersPerTopic", "maxConsumers": "maxConsumersPerTopic"}
@@ -113,8 +133,10 @@ def _body(field: str, value: Any) -> tuple[Any, dict[str, str] | None]:
             "policy": value["policy"],
         }
         return body, ({"backlogQuotaType": kind} if kind != "destination_storage" else None)
-    if field == "deduplication":
+    if field in ("deduplication", "schemaValidationEnforced", "isAllowAutoUpdateSchema"):
         return bool(value), None
+    if field == "schemaCompatibilityStrategy":
+        return str(value), None
     return int(value), None
 
 
@@ -127,7 +149,8 @@ def desired(spec: Mapping[str, Any], *, level: str) -> dict[str, Policy]:
             continue
         ns_ep, topic_ep, _ = _ENDPOINTS[_canonical(field)]
         body, params = _body(_canonical(field), spec[field])
-        out[field] = Policy(field, ns_ep if level == "namespace" else topic_ep, body, params)
+        method = "PUT" if field == "schemaCompatibilityStrategy" else "POST"  # Pulsar's verb for it
+        out[field] = Policy(field, ns_ep if level == "namespace" else topic_ep, body, params, method)
     return out
 
 
@@ -144,6 +167,8 @@ def backlog_type(spec: Mapping[str, Any]) -> str:
 def from_namespace_document(field: str, policies: Mapping[str, Any], *, quota_type: str) -> Any:
     """The current value of one policy inside the namespace GET document (None when unset)."""
     value = policies.get(_ENDPOINTS[_canonical(field)][2])
+    if value is None and field in SCHEMA_POLICY_UNSET:
+        return SCHEMA_POLICY_UNSET[field]
     if field == "backlogQuota":
         return (value or {}).get(quota_type)
     return value

@@ -43,6 +43,20 @@ class Outcome:
     policy: Condition | None = None
     message: str = ""
     status: dict[str, Any] = field(default_factory=dict)
+    #: Further conditions this pass decided (a Topic's SchemaApplied), written beside Ready.
+    conditions: list[Condition] = field(default_factory=list)
+
+
+class Refused(Exception):
+    """The broker refused one part of a spec whose other parts are applied (a schema the live
+    versions forbid). Ready turns False with `reason`; `condition` carries the broker's words;
+    `outcome` is what the pass did before, so its status and conditions are not lost."""
+
+    def __init__(self, reason: str, condition: Condition, outcome: Outcome) -> None:
+        super().__init__(condition.message)
+        self.reason = reason
+        self.condition = condition
+        self.outcome = outcome
 
 
 @dataclass(frozen=True)
@@ -103,9 +117,14 @@ async def run(ctx: Context, reconcile: Callable[[], Awaitable[Outcome]]) -> None
     try:
         outcome = await reconcile()
     except InvalidSpec as exc:
-        _fail(ctx, "InvalidSpec", str(exc), policy=Condition(POLICIES, False, "InvalidSpec", str(exc)))
+        _fail(ctx, "InvalidSpec", str(exc), policy=Condition(exc.condition_type, False, "InvalidSpec", str(exc)))
         if not ctx.in_timer:
             raise kopf.PermanentError(str(exc)) from exc
+        return
+    except Refused as exc:
+        _refused(ctx, exc)
+        if not ctx.in_timer:
+            raise kopf.PermanentError(exc.condition.message) from exc
         return
     except Waiting as exc:
         _fail(ctx, exc.reason, exc.message)
@@ -127,6 +146,15 @@ async def run(ctx: Context, reconcile: Callable[[], Awaitable[Outcome]]) -> None
             raise kopf.TemporaryError(message, delay=delay) from exc
         return
     succeed(ctx, outcome)
+
+
+def _refused(ctx: Context, exc: Refused) -> None:
+    out = exc.outcome
+    updates = [Condition(READY, False, exc.reason, exc.condition.message), exc.condition]
+    updates += [c for c in (out.policy, *out.conditions) if c is not None and c.type != exc.condition.type]
+    _event(ctx, exc.reason, exc.condition.message, warning=True)
+    extra = dict(out.status, brokerName=out.broker_name)
+    conditions.write(ctx.patch_status, ctx.status, updates, generation=ctx.generation, **extra)
 
 
 def succeed(ctx: Context, outcome: Outcome) -> None:
@@ -151,6 +179,7 @@ def succeed(ctx: Context, outcome: Outcome) -> None:
     updates = [Condition(READY, True, reason, message)]
     if outcome.policy is not None:
         updates.append(outcome.policy)
+    updates += outcome.conditions
     conditions.write(ctx.patch_status, ctx.status, updates, generation=ctx.generation, **extra)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 
-from . import policies, policy_sync, reconciling, runtime
+from . import policies, policy_sync, reconciling, runtime, topic_schema
 from .admin import Conflict, NotFound
 from .config import GROUP, SETTINGS, VERSION
 from .policies import InvalidSpec, Policy
@@ -87,6 +87,7 @@ async def _ensure_topic(spec: Mapping[str, Any], out: Outcome) -> int:
 
 async def reconcile_topic(body: Mapping[str, Any], spec: Mapping[str, Any]) -> Outcome:
     policies.validate(spec)
+    topic_schema.validate(spec)
     out = Outcome(broker_name=full_name(spec))
     partitions = await _ensure_topic(spec, out)
     out.status["partitions"] = partitions
@@ -134,6 +135,7 @@ async def reconcile_topic(body: Mapping[str, Any], spec: Mapping[str, Any]) -> O
     out.changes += result.changes
     out.policy = result.condition()
     out.status.update(result.status())
+    await topic_schema.apply(admin, tenant, namespace, topic, spec, status, out)
     return out
 
 
