@@ -125,6 +125,16 @@ class AdminClient:
         ``GET /admin/v2/persistent/{tenant}/{namespace}``)."""
         return [str(t) for t in self.get(f"persistent/{namespace}") or []]
 
+    def schemas(self, topic: str) -> dict[str, Any] | None:
+        """Every version of ``topic``'s schema (Pulsar's ``GetAllVersionsSchemaResponse``,
+        ``{getSchemaResponses: [{version, type, timestamp, data, properties}]}``); None when the
+        topic has no schema (the REST API answers 404)."""
+        t = TopicName.parse(topic)
+        doc = self.get(
+            f"schemas/{t.tenant}/{t.namespace}/{urllib.parse.quote(t.local_name, safe='')}/schemas", ok_missing=True
+        )
+        return dict(doc) if isinstance(doc, dict) else None
+
     def namespaces_of(self, tenant: str) -> list[str]:
         return [str(n) for n in self.get(f"namespaces/{tenant}") or []]
 

@@ -41,6 +41,12 @@ read only up to ``lastConfirmedEntry``, so a producer still writing is never rea
 was acknowledged. A topic with nothing new is not touched (no files, no cursor move), so a re-run
 with nothing new changes nothing in the target.
 
+Typed values: a topic with an AVRO or JSON schema is exported with the data source's
+``schema_version`` and ``value`` columns (see ``source``), ``value`` being the merge of the
+versions live at that run; files of runs with different versions hold different structs, which
+``spark.read.option("mergeSchema", "true").parquet(target)`` merges by the same rule.
+``decode_schema=False`` exports the raw columns only.
+
 Limits: two runs of the same export name at the same time are not supported (they would share a
 staging area); moving the export's subscription by hand (a reset back in time) re-exports from
 there and may duplicate rows already exported.
@@ -110,8 +116,10 @@ class ExportRun:
         topics: str | None = None,
         namespace: str | None = None,
         entries_per_partition: int = 5000,
+        decode_schema: bool = True,
     ) -> None:
         self.spark = spark
+        self.decode_schema = decode_schema
         self.admin_url = admin_url
         self.admin = AdminClient(admin_url)
         self.target = target.rstrip("/")
@@ -163,6 +171,7 @@ class ExportRun:
             .option("startAfter", json.dumps({t: format_position(self.starts[t]) for t in pending}))
             .option("endAt", json.dumps({t: format_position(self.ends[t]) for t in pending}))
             .option("entriesPerPartition", str(self.entries_per_partition))
+            .option("decodeSchema", str(self.decode_schema).lower())
             .load()
         )
         runs = F.create_map(*[F.lit(x) for t in pending for x in (t, self.runs[t])])
@@ -227,9 +236,11 @@ def export(
     topics: str | None = None,
     namespace: str | None = None,
     entries_per_partition: int = 5000,
+    decode_schema: bool = True,
 ) -> ExportResult:
     """Export what is new on ``topic`` / ``topics`` (comma-separated) / ``namespace`` since the
-    last run of the export ``name`` to ``target`` (a path or Hadoop filesystem URL)."""
+    last run of the export ``name`` to ``target`` (a path or Hadoop filesystem URL); a topic with
+    an AVRO/JSON schema gets typed columns unless ``decode_schema`` is false."""
     return ExportRun(
         spark,
         admin_url,
@@ -239,4 +250,5 @@ def export(
         topics=topics,
         namespace=namespace,
         entries_per_partition=entries_per_partition,
+        decode_schema=decode_schema,
     ).run()

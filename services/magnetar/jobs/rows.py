@@ -21,6 +21,11 @@ the compression and the number of messages inside).
 
 Rows are built as columns and handed to Spark as ``pyarrow.RecordBatch``es: several times faster
 than Python tuples, which Spark would convert to Arrow itself, value by value.
+
+A topic with an AVRO or JSON schema adds two columns after these (``value_schema``): the entry's
+``schema_version`` (meta ``sv``, WIRE.md R122; null when written without a schema) and the typed
+``value`` decoded with that version (null for a chunk, an encrypted entry, a null-value message,
+and a version the registry no longer has).
 """
 
 from __future__ import annotations
@@ -32,12 +37,14 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 
 from magnetar.jobs.ledger_reads import StoredEntry
+from magnetar.jobs.value_schema import SCHEMA_VERSION_COLUMN, VALUE_COLUMN, ValueDecoder, arrow_type
 from magnetar.protocol.batch import decode_batch
 from magnetar.protocol.entry import (
     META_CHUNK_ID,
     META_CHUNK_UUID,
     META_ENCRYPTION_KEYS,
     META_NUM_CHUNKS,
+    META_SCHEMA_VERSION,
     META_TOTAL_CHUNK_SIZE,
     EntryMeta,
 )
@@ -109,6 +116,12 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
+
+def typed_arrow_schema(value_type: Any) -> Any:
+    """``ARROW_SCHEMA`` and the columns of a topic with a schema (``value_type``: the merged Arrow type)."""
+    return ARROW_SCHEMA.append(pa.field(SCHEMA_VERSION_COLUMN, pa.int32())).append(pa.field(VALUE_COLUMN, value_type))
+
+
 # A pushed-down filter on an entry: (entry id, publish time in ms) -> keep its messages?
 EntryTest = Callable[[int, int], bool]
 
@@ -116,11 +129,21 @@ EntryTest = Callable[[int, int], bool]
 class RowColumns:
     """The rows of one ledger range, accumulated as one list per column."""
 
-    def __init__(self, topic: str, partition: int, ledger_id: int, *, keep: EntryTest | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        ledger_id: int,
+        *,
+        keep: EntryTest | None = None,
+        values: ValueDecoder | None = None,
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.ledger_id = ledger_id
         self.keep = keep  # pushed-down entry-id / publish-time filters, applied per entry
+        self.values = values  # the typed columns' decoder (None: a read without them)
+        self.schema = ARROW_SCHEMA if values is None else typed_arrow_schema(arrow_type(values.node))
         self.skipped_entries = 0
         self._clear()
 
@@ -134,6 +157,8 @@ class RowColumns:
         self.payload: list[bytes | None] = []  # None: a null-value message (``producer.send(None)``)
         self.producer: list[str | None] = []
         self.sequence_id: list[int] = []
+        self.schema_version: list[int | None] = []
+        self.value: list[Any] = []
 
     def __len__(self) -> int:
         return len(self.entry_id)
@@ -171,6 +196,10 @@ class RowColumns:
             self.payload.append(payload)
             self.producer.append(producer)
             self.sequence_id.append(int(sequence_id))
+        if self.values is not None:
+            sv = meta.get(META_SCHEMA_VERSION)
+            self.schema_version.extend([sv] * len(records))
+            self.value.extend(self.values.decode(sv, [r[0] for r in records]))
 
     def _add_chunk(self, entry: StoredEntry, publish_ms: int, producer: str | None) -> None:
         meta = entry.meta
@@ -194,6 +223,9 @@ class RowColumns:
         self.payload.append(entry.payload)
         self.producer.append(producer)
         self.sequence_id.append(int(meta.get("seq", 0)))
+        if self.values is not None:  # a slice or ciphertext: no value to decode
+            self.schema_version.append(meta.get(META_SCHEMA_VERSION))
+            self.value.append(None)
 
     def flush(self) -> Any:
         """The rows so far as one ``pyarrow.RecordBatch`` (in ``ARROW_SCHEMA``); starts afresh."""
@@ -212,13 +244,18 @@ class RowColumns:
             pa.array(self.producer, pa.string()),
             pa.array(self.sequence_id, pa.int64()),
         ]
+        if self.values is not None:
+            arrays.append(pa.array(self.schema_version, pa.int32()))
+            arrays.append(pa.array(self.value, self.schema.field(VALUE_COLUMN).type))
         self._clear()
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
-def entry_rows(topic: str, partition: int, ledger_id: int, entry: StoredEntry) -> list[dict[str, Any]]:
+def entry_rows(
+    topic: str, partition: int, ledger_id: int, entry: StoredEntry, values: ValueDecoder | None = None
+) -> list[dict[str, Any]]:
     """The rows of one entry as dicts (tools and tests; the data source uses ``RowColumns``)."""
-    cols = RowColumns(topic, partition, ledger_id)
+    cols = RowColumns(topic, partition, ledger_id, values=values)
     cols.add(entry)
     out: list[dict[str, Any]] = cols.flush().to_pylist()
     return out

@@ -19,6 +19,15 @@ for the admin API and the bookies; ``tlsTrustCertsFilePath`` (the same way) for 
 an ``https://`` admin URL.
 Rows are durable ones only: up to each topic's ``lastConfirmedEntry`` when the read was planned.
 
+Typed values (``value_schema``): when a topic read has an AVRO or JSON schema (the registry's
+``GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schemas``), two columns follow the ones above:
+``schema_version`` (int, the writer version of the message's entry; null without one) and
+``value``, the message decoded with that version into the merge of every live version (a struct
+for a record schema; fields a version lacks are null, int->long and float->double widen, any
+other type change fails the read, naming the field). ``decodeSchema`` (default ``true``):
+``false`` keeps the raw columns only, for a topic with a schema too. Without a schema (bytes
+topics), the columns are the raw ones either way.
+
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (Spark refuses a reader
 that implements ``pushFilters`` otherwise); ``enable_pushdown(spark)`` sets it, and the sessions
 of ``magnetar.jobs.session`` should call it.
@@ -56,6 +65,7 @@ from magnetar.jobs.topic_plan import (
     plan_reads,
     resolve_topics,
 )
+from magnetar.jobs.value_schema import SCHEMA_VERSION_COLUMN, VALUE_COLUMN, TypedValues, ValueDecoder, typed_values
 
 FORMAT = "magnetar"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -80,6 +90,19 @@ SCHEMA = StructType(
     ]
 )
 assert tuple(SCHEMA.fieldNames()) == COLUMNS
+
+
+def typed_schema(values: TypedValues | None) -> StructType:
+    """The columns of a read: ``SCHEMA``, then ``schema_version`` and ``value`` when typed."""
+    if values is None:
+        return SCHEMA
+    return StructType(
+        [
+            *SCHEMA.fields,
+            StructField(SCHEMA_VERSION_COLUMN, IntegerType()),
+            StructField(VALUE_COLUMN, values.spark_type()),
+        ]
+    )
 
 
 def enable_pushdown(spark: Any) -> Any:
@@ -108,6 +131,7 @@ class ReadOptions:
     entries_per_partition: int
     publish_time_slack_ms: int
     credentials: JobCredentials = field(default_factory=JobCredentials)
+    decode_schema: bool = True
 
     @classmethod
     def parse(cls, options: Any) -> ReadOptions:
@@ -128,6 +152,9 @@ class ReadOptions:
             raise ValueError(f"entriesPerPartition and publishTimeSlackMs are integers: {exc}") from None
         if per_partition < 1:
             raise ValueError("entriesPerPartition must be at least 1")
+        decode = (opt("decodeSchema") or "true").lower()
+        if decode not in ("true", "false"):
+            raise ValueError(f"decodeSchema is true or false, not {opt('decodeSchema')!r}")
         return cls(
             admin_url=admin_url,
             topic=opt("topic"),
@@ -138,7 +165,21 @@ class ReadOptions:
             entries_per_partition=per_partition,
             publish_time_slack_ms=slack,
             credentials=JobCredentials.from_options(options),
+            decode_schema=decode == "true",
         )
+
+    def admin(self) -> AdminClient:
+        return AdminClient(
+            self.admin_url, token=self.credentials.admin_params(), ssl_context=self.credentials.admin_ssl_context()
+        )
+
+    def values(self) -> TypedValues | None:
+        """The typed ``value`` column of this read (None: raw columns only)."""
+        if not self.decode_schema:
+            return None
+        admin = self.admin()
+        topics = resolve_topics(admin, topic=self.topic, topics=self.topics, namespace=self.namespace)
+        return typed_values(admin, topics)
 
 
 class MagnetarDataSource(DataSource):
@@ -149,19 +190,26 @@ class MagnetarDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return typed_schema(ReadOptions.parse(self.options).values())
 
     def reader(self, schema: StructType) -> MagnetarReader:
-        if schema != SCHEMA:
-            raise ValueError(f"the magnetar source has a fixed schema ({SCHEMA.simpleString()}), not {schema}")
-        return MagnetarReader(ReadOptions.parse(self.options))
+        options = ReadOptions.parse(self.options)
+        values = options.values()
+        expected = typed_schema(values)
+        if schema != expected:
+            raise ValueError(
+                f"the magnetar source's columns are {expected.simpleString()}, not {schema.simpleString()} "
+                "(a schema version added while the read was planned changes them: load again)"
+            )
+        return MagnetarReader(options, values)
 
 
 class MagnetarReader(DataSourceReader):
     """Plans (driver) and reads (executors) one ``load()``; pickled to the executors, so plain data."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, values: TypedValues | None = None) -> None:
         self.options = options
+        self.values = values
         self.pushed = Pushed(slack_ms=options.publish_time_slack_ms)
 
     def pushFilters(self, filters: list[Any]) -> Any:
@@ -170,9 +218,7 @@ class MagnetarReader(DataSourceReader):
     def plan(self) -> ReadPlan:
         """The read plan before pushdown (the export uses the same ``plan_reads``)."""
         o = self.options
-        admin = AdminClient(
-            o.admin_url, token=o.credentials.admin_params(), ssl_context=o.credentials.admin_ssl_context()
-        )
+        admin = o.admin()
         topics = resolve_topics(admin, topic=o.topic, topics=o.topics, namespace=o.namespace)
         return plan_reads(
             admin, topics, start_after=o.start_after, end_at=o.end_at, entries_per_range=o.entries_per_partition
@@ -189,7 +235,8 @@ class MagnetarReader(DataSourceReader):
         if rng is None:
             return iter(())
         keep = self.pushed.keep_entry if self.pushed.filters_entries else None
-        return read_range_batches(rng, keep=keep, credentials=self.options.credentials)
+        values = self.values.for_topic(rng.topic) if self.values is not None else None
+        return read_range_batches(rng, keep=keep, credentials=self.options.credentials, values=values)
 
 
 def read_range_batches(
@@ -198,6 +245,7 @@ def read_range_batches(
     keep: Any = None,
     rows_per_batch: int = ROWS_PER_BATCH,
     credentials: JobCredentials | None = None,
+    values: ValueDecoder | None = None,
 ) -> Iterator[Any]:
     """The rows of ``rng`` as ``pyarrow.RecordBatch``es, streamed window by window.
 
@@ -206,7 +254,7 @@ def read_range_batches(
     """
     with asyncio.Runner() as runner:
         reader = RangeReader(rng, security=(credentials or JobCredentials()).bookie_security())
-        cols = RowColumns(rng.topic, rng.partition, rng.ledger_id, keep=keep)
+        cols = RowColumns(rng.topic, rng.partition, rng.ledger_id, keep=keep, values=values)
         try:
             for lo, hi in reader.windows():
                 for entry in runner.run(reader.read_window(lo, hi)):
