@@ -358,3 +358,19 @@ def test_check_reader_refuses_a_reader_that_cannot_read_the_newest() -> None:
     for strategy in (S.FORWARD, S.FULL, S.BACKWARD):
         with pytest.raises(IncompatibleSchema, match=rf"{strategy.name} with live version index 1 \(the newest"):
             check_reader(READER, [READER_V1, newest], strategy)
+
+
+def test_refusals_name_the_registrys_version_numbers_when_given() -> None:
+    """After a deletion the live versions are not numbered from 0: the broker passes their numbers,
+    and the refusal names the version a user can fetch (``schemas get --version N``)."""
+    old = SchemaInfo(
+        SchemaType.AVRO, json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
+    )
+    new = SchemaInfo(
+        SchemaType.AVRO, json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "string"}]})
+    )
+    with pytest.raises(IncompatibleSchema, match=r"BACKWARD with live version 7 \(the newest, of 1\)") as refused:
+        check_compatible(new, [old], CompatibilityStrategy.BACKWARD, [7])
+    assert "version index" not in str(refused.value)
+    with pytest.raises(IncompatibleSchema, match=r"cannot read data written with version 7"):
+        check_reader(new, [old], CompatibilityStrategy.BACKWARD, [7])

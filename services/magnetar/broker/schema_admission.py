@@ -105,7 +105,7 @@ def check_new_schema(
     def check(live: list[SchemaVersion], new: SchemaInfo) -> None:
         if not upload and not policies.auto_update:
             raise IncompatibleSchema(AUTO_UPDATE_DISABLED)
-        check_compatible(new, [v.info for v in live], policies.strategy)
+        check_compatible(new, [v.info for v in live], policies.strategy, [v.version for v in live])
 
     return check
 
@@ -175,4 +175,4 @@ async def admit_consumer(
     if any(v.info.same_schema(schema) for v in live):
         return
     policies = await effective_policies(resources, config, name)
-    check_reader(schema, [v.info for v in live], policies.strategy)
+    check_reader(schema, [v.info for v in live], policies.strategy, [v.version for v in live])

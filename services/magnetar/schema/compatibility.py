@@ -425,32 +425,47 @@ def _effective(strategy: CompatibilityStrategy) -> CompatibilityStrategy:
     return CompatibilityStrategy.FULL if strategy is CompatibilityStrategy.UNDEFINED else strategy
 
 
-def _header(strategy: str, index: int, count: int, subject: str = "Schema") -> str:
+def _label(index: int, versions: Sequence[int] | None) -> str:
+    """How a message names a live version: the registry's number when the caller gave the numbers
+    (after a deletion, index and number differ), else its index in ``existing``."""
+    return f"version {versions[index]}" if versions is not None else f"version index {index}"
+
+
+def _header(
+    strategy: str, index: int, count: int, subject: str = "Schema", versions: Sequence[int] | None = None
+) -> str:
     place = "the newest" if index == count - 1 else "0 = the oldest"
-    return f"{subject} incompatible under {strategy} with live version index {index} ({place}, of {count})"
+    return f"{subject} incompatible under {strategy} with live {_label(index, versions)} ({place}, of {count})"
 
 
-def _worded(problem: _Problem, new_reads: bool, index: int) -> str:
+def _worded(problem: _Problem, new_reads: bool, index: int, versions: Sequence[int] | None = None) -> str:
     """The reason in the direction checked: a field the reader lacks is "added" when the new schema
     reads older data, and "removed" when readers still on an older version read the new one."""
+    which = _label(index, versions)
     if problem.missing and new_reads:
         return (
             f"field '{problem.path}' added without a default: readers using the new schema cannot fill it "
-            f"in data written with version index {index}"
+            f"in data written with {which}"
         )
     if problem.missing:
         return (
-            f"field '{problem.path}' removed (or renamed) although version index {index} has no default for "
+            f"field '{problem.path}' removed (or renamed) although {which} has no default for "
             "it: readers still on that version cannot fill it in data written with the new schema"
         )
     if new_reads:
-        return f"the new schema cannot read data written with version index {index}: {problem.text()}"
-    return f"readers on version index {index} cannot read data written with the new schema: {problem.text()}"
+        return f"the new schema cannot read data written with {which}: {problem.text()}"
+    return f"readers on {which} cannot read data written with the new schema: {problem.text()}"
 
 
-def check_compatible(new: SchemaInfo, existing: Sequence[SchemaInfo], strategy: CompatibilityStrategy) -> None:
+def check_compatible(
+    new: SchemaInfo,
+    existing: Sequence[SchemaInfo],
+    strategy: CompatibilityStrategy,
+    versions: Sequence[int] | None = None,
+) -> None:
     """Whether a producer (or an upload) may add ``new`` after ``existing`` (live versions, oldest
-    first); raises ``IncompatibleSchema`` naming the strategy, the version index and the field.
+    first); raises ``IncompatibleSchema`` naming the strategy, the version and the field (the
+    registry's ``versions`` numbers of ``existing`` when given, else indexes).
 
     BACKWARD: the new schema reads the last version's data; FORWARD: the last version's readers read
     the new data; FULL: both; the ``_TRANSITIVE`` forms against every live version.
@@ -463,7 +478,8 @@ def check_compatible(new: SchemaInfo, existing: Sequence[SchemaInfo], strategy: 
         return
     if strategy is CompatibilityStrategy.ALWAYS_INCOMPATIBLE:
         raise IncompatibleSchema(
-            f"{_header('ALWAYS_INCOMPATIBLE', len(existing) - 1, len(existing))}: this strategy refuses any "
+            f"{_header('ALWAYS_INCOMPATIBLE', len(existing) - 1, len(existing), versions=versions)}: "
+            "this strategy refuses any "
             "schema other than the live ones"
         )
     count = len(existing)
@@ -475,10 +491,16 @@ def check_compatible(new: SchemaInfo, existing: Sequence[SchemaInfo], strategy: 
         checks = ([(True, _problem(new, old))] if backward else []) + ([(False, _problem(old, new))] if forward else [])
         for new_reads, problem in checks:
             if problem is not None:
-                raise IncompatibleSchema(f"{_header(name, index, count)}: {_worded(problem, new_reads, index)}")
+                reason = _worded(problem, new_reads, index, versions)
+                raise IncompatibleSchema(f"{_header(name, index, count, versions=versions)}: {reason}")
 
 
-def check_reader(reader: SchemaInfo, existing: Sequence[SchemaInfo], strategy: CompatibilityStrategy) -> None:
+def check_reader(
+    reader: SchemaInfo,
+    existing: Sequence[SchemaInfo],
+    strategy: CompatibilityStrategy,
+    versions: Sequence[int] | None = None,
+) -> None:
     """Whether a consumer with schema ``reader`` may read a topic whose live versions are ``existing``
     (Pulsar's checkConsumerCompatibility). Callers admit a schema equal to a live version first.
 
@@ -494,7 +516,7 @@ def check_reader(reader: SchemaInfo, existing: Sequence[SchemaInfo], strategy: C
     count = len(existing)
     if strategy is CompatibilityStrategy.ALWAYS_INCOMPATIBLE:
         raise IncompatibleSchema(
-            f"{_header('ALWAYS_INCOMPATIBLE', count - 1, count, 'Reader schema')}: this strategy admits no "
+            f"{_header('ALWAYS_INCOMPATIBLE', count - 1, count, 'Reader schema', versions)}: this strategy admits no "
             "schema other than the live ones"
         )
     every = strategy in (CompatibilityStrategy.BACKWARD,) or strategy.transitive
@@ -503,6 +525,6 @@ def check_reader(reader: SchemaInfo, existing: Sequence[SchemaInfo], strategy: C
         problem = _problem(reader, existing[index])
         if problem is not None:
             raise IncompatibleSchema(
-                f"{_header(name, index, count, 'Reader schema')}: it cannot read data written with version index "
-                f"{index}: {problem.text()}"
+                f"{_header(name, index, count, 'Reader schema', versions)}: it cannot read data written with "
+                f"{_label(index, versions)}: {problem.text()}"
             )
