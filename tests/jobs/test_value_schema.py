@@ -373,3 +373,13 @@ def test_a_deleted_version_is_decoded_into_the_merge_of_the_live_ones() -> None:
     assert values is not None and values.spark_type() == spark_type(avro_node(V0))
     (row,) = rows_of(values, entry([avro(old, {"id": 9, "qty": 4})], 0))
     assert row["value"]["qty"] == 4 and row["value"]["id"] == "9" and row["value"]["tags"] is None
+
+
+def test_the_export_job_takes_no_decode_schema_from_its_command_line() -> None:
+    """``magnetar-jobs export --no-decode-schema`` (and a SparkApplication's arguments) reach
+    ``export(decode_schema=False)``; without it a schema'd topic gets its typed columns."""
+    from magnetar.jobs.main import build_parser
+
+    base = ["export", "--admin-url", "http://127.0.0.1:8080", "--topic", "orders", "--target", "/tmp/out"]
+    assert build_parser("magnetar-jobs").parse_args(base).decode_schema is True
+    assert build_parser("magnetar-jobs").parse_args([*base, "--no-decode-schema"]).decode_schema is False

@@ -41,6 +41,12 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
         help="the export's name; its progress is the subscription magnetar-export-<name> (default: export)",
     )
     p.add_argument("--entries-per-partition", type=int, default=5000, help="entries per Spark input partition")
+    p.add_argument(
+        "--no-decode-schema",
+        dest="decode_schema",
+        action="store_false",
+        help="keep only the raw payload of a topic with an Avro or JSON schema (no value struct column)",
+    )
 
 
 def build_parser(prog: str, *, common: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -81,6 +87,7 @@ def run_job(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
             topics=args.topics,
             namespace=args.namespace,
             entries_per_partition=args.entries_per_partition,
+            decode_schema=args.decode_schema,
         )
         return result.summary()
     from magnetar.jobs import retention_sweep
