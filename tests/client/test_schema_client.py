@@ -234,3 +234,48 @@ def test_a_partitioned_producer_registers_on_every_partition(
     assert sorted(m.value().id for m in got) == [f"p{i}" for i in range(6)]
     assert {m.message_id().partition() for m in got} == {0, 1, 2}
     assert [raw.receive(10_000).int_schema_version() for _ in range(6)] == [0] * 6  # one version for all
+
+
+def test_encrypted_schema_entries_carry_the_version_and_decode_after_decryption(
+    client: magnetar.Client, topic: str, tmp_path: Any
+) -> None:
+    """R122 with R114: ``sv`` is set before the entry is sealed, so it stays readable in the clear
+    meta; a consumer with the private key opens the entry, then decodes with that version. Two
+    versions are written so that decoding by the entry's own version is what is checked."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    pub, priv = tmp_path / "k.pub", tmp_path / "k.pem"
+    pub.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    priv.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    reader = magnetar.CryptoKeyReader(str(pub), str(priv))
+    consumer = client.subscribe(
+        topic,
+        "decrypting",
+        schema=AvroSchema(Order),
+        initial_position=InitialPosition.Earliest,
+        crypto_key_reader=reader,
+    )
+    # No key and no schema: CONSUME hands over the ciphertext, whose version is in the clear meta.
+    raw = client.subscribe(
+        topic,
+        "raw",
+        initial_position=InitialPosition.Earliest,
+        crypto_failure_action=magnetar.ConsumerCryptoFailureAction.CONSUME,
+    )
+    v1 = client.create_producer(topic, schema=AvroSchema(Order), encryption_key="k", crypto_key_reader=reader)
+    v1.send(Order(id="e-1", qty=1, tags=["x"]))
+    OrderV2 = order_v2()
+    v2 = client.create_producer(topic, schema=AvroSchema(OrderV2), encryption_key="k", crypto_key_reader=reader)
+    v2.send(OrderV2(id="e-2", qty=2, tags=[], note="sealed"))
+    got = [consumer.receive(10_000) for _ in range(2)]
+    assert [m.int_schema_version() for m in got] == [0, 1]
+    assert [fields(m.value()) for m in got] == [("e-1", 1, ["x"]), ("e-2", 2, [])]
+    assert all(m.encryption_context() is not None for m in got)
+    seen = [raw.receive(10_000) for _ in range(2)]
+    assert [m.int_schema_version() for m in seen] == [0, 1]
