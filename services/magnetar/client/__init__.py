@@ -102,6 +102,7 @@ Where we differ from Pulsar, on purpose or for now:
 The README's "Coming from Pulsar" keeps the complete list, each difference with its reason.
 """
 
+from magnetar import exceptions as _exceptions
 from magnetar.client.auth import (
     Authentication,
     AuthenticationAthenz,
@@ -112,22 +113,7 @@ from magnetar.client.auth import (
 )
 from magnetar.client.batch_receive import ConsumerBatchReceivePolicy
 from magnetar.client.crypto import CryptoKeyReader, EncryptionContext, EncryptionKey
-from magnetar.client.errors import (
-    AlreadyClosed,
-    ChecksumError,
-    ConsumerBusy,
-    CumulativeAcknowledgementNotAllowedError,
-    MagnetarError,
-    MessageTooLarge,
-    NotConnected,
-    ProducerBlockedQuotaExceededError,
-    ProducerBlockedQuotaExceededException,
-    ProducerBusy,
-    ProducerQueueIsFull,
-    Timeout,
-    TopicNotFound,
-    Unsupported,
-)
+from magnetar.client.errors import MagnetarError, MessageTooLarge, Unsupported  # older names
 from magnetar.client.logger import ConsoleLogger, FileLogger, LoggerLevel
 from magnetar.client.message import Message
 from magnetar.client.options import (
@@ -150,70 +136,27 @@ from magnetar.client.options import (
 from magnetar.client.service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from magnetar.client.sync import Client, Consumer, Producer, Reader
 from magnetar.client.table_view import TableView
-from magnetar.protocol.errors import (
-    AuthenticationError,
-    AuthorizationError,
-    BrokerMetadataError,
-    BrokerPersistenceError,
-    ConnectError,
-    ConsumerAssignError,
-    ConsumerNotFound,
-    ConsumerNotInitialized,
-    CryptoError,
-    ErrorGettingAuthenticationData,
-    IncompatibleSchema,
-    Interrupted,
-    InvalidConfiguration,
-    InvalidMessage,
-    InvalidTopicName,
-    InvalidTxnStatusError,
-    InvalidUrl,
-    LookupError,
-    MemoryBufferIsFull,
-    MessageTooBig,
-    NotAllowedError,
-    OperationNotSupported,
-    ProducerFenced,
-    ProducerNotInitialized,
-    PulsarException,
-    ReadError,
-    ServiceUnitNotReady,
-    SubscriptionNotFound,
-    TooManyLookupRequestException,
-    TopicTerminated,
-    TransactionConflict,
-    TransactionCoordinatorNotFoundError,
-    TransactionNotFound,
-    UnknownError,
-    UnsupportedVersionError,
-)
+from magnetar.exceptions import *  # noqa: F403 (every pulsar.exceptions class, as below)
 from magnetar.protocol.message_id import MessageId
 
 __all__ = [
-    "AlreadyClosed",
     "Authentication",
     "AuthenticationAthenz",
     "AuthenticationBasic",
-    "AuthenticationError",
     "AuthenticationOauth2",
     "AuthenticationTLS",
     "AuthenticationToken",
-    "AuthorizationError",
     "AutoClusterFailover",
     "BatchingType",
-    "ChecksumError",
     "Client",
     "CompressionType",
-    "ConnectError",
     "ConsoleLogger",
     "Consumer",
     "ConsumerBatchReceivePolicy",
-    "ConsumerBusy",
     "ConsumerCryptoFailureAction",
     "ConsumerDeadLetterPolicy",
     "ConsumerKeySharedPolicy",
     "ConsumerType",
-    "CumulativeAcknowledgementNotAllowedError",
     "FileLogger",
     "HashingScheme",
     "InitialPosition",
@@ -224,60 +167,21 @@ __all__ = [
     "MessageId",
     "MessageTooLarge",
     "MultiplierRedeliveryBackoff",
-    "NotConnected",
     "PartitionsRoutingMode",
     "Producer",
     "ProducerAccessMode",
-    "ProducerBlockedQuotaExceededError",
-    "ProducerBlockedQuotaExceededException",
-    "ProducerBusy",
-    "ProducerQueueIsFull",
     "Reader",
     "RegexSubscriptionMode",
     "Result",
     "ServiceInfo",
     "ServiceInfoProvider",
-    "Timeout",
-    "TopicNotFound",
     "Unsupported",
     "result_of",
 ]
 
-# pulsar.exceptions: every Pulsar exception class is also a top-level name, as in pulsar-client.
-__all__ += [
-    "BrokerMetadataError",
-    "BrokerPersistenceError",
-    "ConsumerAssignError",
-    "ConsumerNotFound",
-    "ConsumerNotInitialized",
-    "CryptoError",
-    "ErrorGettingAuthenticationData",
-    "IncompatibleSchema",
-    "Interrupted",
-    "InvalidConfiguration",
-    "InvalidMessage",
-    "InvalidTopicName",
-    "InvalidTxnStatusError",
-    "InvalidUrl",
-    "LookupError",
-    "MemoryBufferIsFull",
-    "MessageTooBig",
-    "NotAllowedError",
-    "OperationNotSupported",
-    "ProducerFenced",
-    "ProducerNotInitialized",
-    "PulsarException",
-    "ReadError",
-    "ServiceUnitNotReady",
-    "SubscriptionNotFound",
-    "TooManyLookupRequestException",
-    "TopicTerminated",
-    "TransactionConflict",
-    "TransactionCoordinatorNotFoundError",
-    "TransactionNotFound",
-    "UnknownError",
-    "UnsupportedVersionError",
-]
+# pulsar.exceptions: every Pulsar exception class is also a top-level name, as in pulsar-client;
+# ``magnetar.exceptions`` is the one list of them.
+__all__ += _exceptions.__all__
 
 # End-to-end encryption (``crypto``).
 __all__ += ["CryptoKeyReader", "EncryptionContext", "EncryptionKey"]
