@@ -161,6 +161,46 @@ def each_run(runs: int, one_run: Callable[[int], dict[str, Any]]) -> list[dict[s
     return rows
 
 
+NA = "n/a"
+# A table row of a rates benchmark: (figure key, label, key of the figure it is a ratio to, or None).
+RatioRow = tuple[str, str, str | None]
+
+
+def median_or_reason(values: list[Any]) -> float | str:
+    """The median of one figure over the runs, or a run's ``n/a: reason`` when a run could not
+    measure it (a path the client refuses), so a missing path shows instead of failing the table."""
+    numbers = [v for v in values if isinstance(v, float)]
+    if len(numbers) < len(values):
+        return str(next(v for v in values if not isinstance(v, float)))
+    return statistics.median(numbers)
+
+
+def ratio(a: float | str, b: float | str) -> float | str:
+    return a / b if isinstance(a, float) and isinstance(b, float) and b > 0 else NA
+
+
+def ratio_summary(runs: list[dict[str, Any]], rows: list[RatioRow]) -> dict[str, Any]:
+    """Medians of every row's figure over ``runs``, and ``<key>_ratio`` for the rows with a base."""
+    summary: dict[str, Any] = {key: median_or_reason([run[key] for run in runs]) for key, _, _ in rows}
+    for key, _, base in rows:
+        if base:
+            summary[f"{key}_ratio"] = ratio(summary[key], summary[base])
+    return summary
+
+
+def ratio_table(summary: dict[str, Any], rows: list[RatioRow]) -> str:
+    """The rows as a text table: label, median msg/s, and the ratio to the row's base."""
+    width = max(len("measurement"), *(len(label) for _, label, _ in rows)) + 4
+    lines = [f"{'measurement':<{width}} {'median msg/s':>14} {'ratio':>8}", "-" * (width + 24)]
+    for key, label, base in rows:
+        value = summary[key]
+        shown = f"{value:14,.0f}" if isinstance(value, float) else f"{value:>14}"
+        r = summary[f"{key}_ratio"] if base else None
+        shown_ratio = "" if r is None else (f"{r:8.2f}" if isinstance(r, float) else f"{r:>8}")
+        lines.append(f"{label:<{width}} {shown} {shown_ratio}")
+    return "\n".join(lines)
+
+
 def report(runs: list[dict[str, Any]], summary: dict[str, Any], json_path: str | None) -> None:
     """Print the summary; with ``json_path``, write ``{"runs": ..., "summary": ...}`` there."""
     print(json.dumps(summary, indent=2))

@@ -20,7 +20,6 @@ Usage: scripts/benchmark_client.py [--runs 3] [--messages 50000] [--quick] [--js
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import threading
@@ -31,13 +30,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import each_run, fresh_standalone, report
+from benchmark import NA, RatioRow, each_run, fresh_standalone, ratio_summary, ratio_table, report
 
 import magnetar as pulsar
 
 SIZE = 100
 TIMEOUT_S = 300.0  # a measurement that has not finished by then has hung: fail, do not wait forever
-NA = "n/a"
 
 
 def topic_name(kind: str) -> str:
@@ -173,18 +171,7 @@ def one_run(url: str, n: int, keys: tuple[str, str]) -> dict[str, Any]:
         client.close()
 
 
-def median(values: list[Any]) -> float | str:
-    numbers = [v for v in values if isinstance(v, float)]
-    if len(numbers) < len(values):
-        return str(next(v for v in values if not isinstance(v, float)))  # a run's ``n/a: reason``
-    return statistics.median(numbers)
-
-
-def ratio(a: float | str, b: float | str) -> float | str:
-    return a / b if isinstance(a, float) and isinstance(b, float) and b > 0 else NA
-
-
-ROWS = [
+ROWS: list[RatioRow] = [
     ("consume_receive", "consume, receive() (baseline)", None),
     ("consume_listener", "consume, message_listener", "consume_receive"),
     ("consume_batch_receive", "consume, batch_receive()", "consume_receive"),
@@ -192,17 +179,6 @@ ROWS = [
     ("produce_encrypted", "produce, encrypted", "produce_plain"),
     ("consume_encrypted", "consume, encrypted, receive()", "consume_receive"),
 ]
-
-
-def table(summary: dict[str, Any]) -> str:
-    lines = [f"{'measurement':<34} {'median msg/s':>14} {'ratio':>8}", "-" * 58]
-    for key, label, base in ROWS:
-        value = summary[key]
-        shown = f"{value:14,.0f}" if isinstance(value, float) else f"{value:>14}"
-        r = ratio(value, summary[base]) if base else None
-        shown_ratio = "" if r is None else (f"{r:8.2f}" if isinstance(r, float) else f"{r:>8}")
-        lines.append(f"{label:<34} {shown} {shown_ratio}")
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -222,12 +198,9 @@ def main() -> None:
                 return one_run(svc.url, n, keys)
 
         rows = each_run(runs, run)
-    summary: dict[str, Any] = {key: median([row[key] for row in rows]) for key, _, _ in ROWS}
-    for key, _, base in ROWS:
-        if base:
-            summary[f"{key}_ratio"] = ratio(summary[key], summary[base])
+    summary = ratio_summary(rows, ROWS)
     summary.update(runs=runs, messages=n)
-    print(table(summary))
+    print(ratio_table(summary, ROWS))
     report(rows, summary, args.json)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 import uuid
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import each_run, fresh_standalone, report
+from benchmark import RatioRow, each_run, fresh_standalone, ratio_summary, ratio_table, report
 
 import magnetar as pulsar
 from magnetar.schema import Array, AvroSchema, Integer, JsonSchema, Record, String
@@ -128,7 +127,7 @@ def one_run(url: str, n: int) -> dict[str, Any]:
         client.close()
 
 
-ROWS = [
+ROWS: list[RatioRow] = [
     ("produce_bytes", "produce, bytes (baseline)", None),
     ("produce_avro", "produce, AvroSchema", "produce_bytes"),
     ("produce_json", "produce, JsonSchema", "produce_bytes"),
@@ -136,18 +135,6 @@ ROWS = [
     ("consume_avro", "consume, AvroSchema", "consume_bytes"),
     ("consume_json", "consume, JsonSchema", "consume_bytes"),
 ]
-
-
-def ratio(a: float, b: float) -> float:
-    return a / b if b > 0 else float("nan")
-
-
-def table(summary: dict[str, Any]) -> str:
-    lines = [f"{'measurement':<30} {'median msg/s':>14} {'ratio':>8}", "-" * 54]
-    for key, label, base in ROWS:
-        shown_ratio = f"{ratio(summary[key], summary[base]):8.2f}" if base else ""
-        lines.append(f"{label:<30} {summary[key]:14,.0f} {shown_ratio}")
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -164,12 +151,9 @@ def main() -> None:
             return one_run(svc.url, n)
 
     rows = each_run(runs, run)
-    summary: dict[str, Any] = {key: statistics.median(row[key] for row in rows) for key, _, _ in ROWS}
-    for key, _, base in ROWS:
-        if base:
-            summary[f"{key}_ratio"] = ratio(summary[key], summary[base])
+    summary = ratio_summary(rows, ROWS)
     summary.update(runs=runs, messages=n)
-    print(table(summary))
+    print(ratio_table(summary, ROWS))
     report(rows, summary, args.json)
 
 
