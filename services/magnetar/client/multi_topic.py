@@ -27,6 +27,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 
 from magnetar.client.options import RegexSubscriptionMode
+from magnetar.client.tasks import cancel_and_wait
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import InvalidTopicName, MagnetarError
 from magnetar.protocol.topic_name import DEFAULT_NAMESPACE, DEFAULT_TENANT, NON_PERSISTENT, PERSISTENT, TopicName
@@ -181,9 +182,4 @@ class PatternWatcher:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from magnetar.client.tasks import cancel_and_wait
 from magnetar.protocol.errors import MagnetarError
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,4 @@ class PartitionsUpdater:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(task)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar.client.connect_deadline import as_connect_error, give_up_at
+from magnetar.client.tasks import cancel_and_wait
 from magnetar.protocol.errors import (
     ConsumerBusy,
     MagnetarError,
@@ -193,13 +194,7 @@ class Attachment:
 
     async def _stop_reattaching(self) -> None:
         """Cancel a re-attach in progress (called once ``_closed`` is set)."""
-        task = self._reattach_task
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._reattach_task)
 
     async def _wait_attached(self, limit_seconds: float) -> bool:
         """Wait (bounded) until attached; False if the time ran out or the object closed."""

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from magnetar.client.tasks import cancel_and_wait
+
 log = logging.getLogger("magnetar.client.stats")
 
 __all__ = ["StatsReporter"]
@@ -44,12 +46,7 @@ class StatsReporter:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:
