@@ -491,13 +491,8 @@ class Producer:
         Arguments as ``pulsar.Producer.send_async``; ``replication_clusters`` and
         ``disable_replication`` are accepted and ignored (Magnetar has no geo-replication).
         """
-        # Refused here, not later on the client's loop thread where the queue behind it would stall.
-        encode = self._p._encode
-        if encode is None:
-            check_content(content)
-        else:
-            content = encode(content)  # the schema's TypeError for a wrong type, nothing queued
-        check_message_arguments(
+        content = self._checked(
+            content,
             properties,
             partition_key,
             ordering_key,
@@ -512,10 +507,7 @@ class Producer:
         if not self._reserve(self._block):
             callback(ProducerQueueIsFull(f"{self._max_pending} messages pending"), None)
             return
-        self._queue.append((content, properties, partition_key, event_timestamp, callback, extra))
-        if not self._wakeup_pending:
-            self._wakeup_pending = True
-            self._loop.call_soon_threadsafe(self._drain)
+        self._enqueue((content, properties, partition_key, event_timestamp, callback, extra))
 
     def send(
         self,
@@ -540,12 +532,8 @@ class Producer:
             outcome.append((result, msg_id))
             done.set()
 
-        encode = self._p._encode
-        if encode is None:
-            check_content(content)
-        else:
-            content = encode(content)
-        check_message_arguments(
+        content = self._checked(
+            content,
             properties,
             partition_key,
             ordering_key,
@@ -558,16 +546,51 @@ class Producer:
         # Same path as send_async, so a send after some send_asyncs keeps their order.
         if not self._reserve(self._block):
             raise ProducerQueueIsFull(f"{self._max_pending} messages pending")
-        self._queue.append((content, properties, partition_key, event_timestamp, callback, extra))
-        if not self._wakeup_pending:
-            self._wakeup_pending = True
-            self._loop.call_soon_threadsafe(self._drain)
+        self._enqueue((content, properties, partition_key, event_timestamp, callback, extra))
         wait_event(done, self._lt.alive)
         result, msg_id = outcome[0]
         if result is not Result.Ok:
             raise result
         assert isinstance(msg_id, MessageId)
         return msg_id
+
+    def _checked(
+        self,
+        content: Any,
+        properties: dict[str, str] | None,
+        partition_key: str | None,
+        ordering_key: str | None,
+        sequence_id: int | None,
+        replication_clusters: list[str] | None,
+        disable_replication: bool,
+        event_timestamp: int | None,
+    ) -> bytes | None:
+        """The payload of ``content`` (encoded by the producer's schema, if it has one), its arguments
+        checked: refused at the call, as pulsar-client does, not later on the client's loop thread
+        where the queue behind it would stall. Nothing is queued when this raises."""
+        encode = self._p._encode
+        if encode is None:
+            check_content(content)
+            payload: bytes | None = content
+        else:
+            payload = encode(content)  # the schema's TypeError for a wrong type
+        check_message_arguments(
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            replication_clusters,
+            disable_replication,
+            event_timestamp,
+        )
+        return payload
+
+    def _enqueue(self, item: _Pending) -> None:
+        """Hand one reserved message to the loop thread (``_drain``), waking it once per burst."""
+        self._queue.append(item)
+        if not self._wakeup_pending:
+            self._wakeup_pending = True
+            self._loop.call_soon_threadsafe(self._drain)
 
     def _reserve(self, block: bool) -> bool:
         with self._cond:
