@@ -144,7 +144,7 @@ def add_schema_routes(app: web.Application, server: Any) -> None:
         ok = True
         if not any(v.info.same_schema(info) for v in live):
             try:
-                schema_admission.check_new_schema(policies, upload=True)(live, info)
+                schema_admission.check_new_schema(policies, info, upload=True)(live)
             except IncompatibleSchema:
                 ok = False
         return web.json_response({"compatibility": ok, "schemaCompatibilityStrategy": policies.strategy.name})

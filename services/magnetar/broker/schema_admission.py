@@ -96,13 +96,13 @@ async def effective_policies(resources: Resources, config: BrokerConfig, topic: 
 
 
 def check_new_schema(
-    policies: SchemaPolicies, *, upload: bool = False
-) -> Callable[[list[SchemaVersion], SchemaInfo], None]:
-    """The check ``SchemaRegistry.add`` runs before adding a version: the auto-update rule (not
-    for an admin upload, which is how a schema gets in when auto-update is off), then the
-    strategy against the live versions."""
+    policies: SchemaPolicies, new: SchemaInfo, *, upload: bool = False
+) -> Callable[[list[SchemaVersion]], None]:
+    """The check ``SchemaRegistry.add`` runs before adding ``new`` as a version: the auto-update
+    rule (not for an admin upload, which is how a schema gets in when auto-update is off), then
+    the strategy against the live versions."""
 
-    def check(live: list[SchemaVersion], new: SchemaInfo) -> None:
+    def check(live: list[SchemaVersion]) -> None:
         if not upload and not policies.auto_update:
             raise IncompatibleSchema(AUTO_UPDATE_DISABLED)
         check_compatible(new, [v.info for v in live], policies.strategy, [v.version for v in live])
@@ -125,8 +125,7 @@ async def register(
     if known is not None:  # the common case (every reconnection): one read, no policy needed
         return known
     policies = await effective_policies(resources, config, topic)
-    check = check_new_schema(policies, upload=upload)
-    version, _ = await registry.add(topic, info, lambda live: check(live, info))
+    version, _ = await registry.add(topic, info, check_new_schema(policies, info, upload=upload))
     return version
 
 
