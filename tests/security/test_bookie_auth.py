@@ -119,6 +119,28 @@ async def test_first_frame_not_bk_auth_gets_an_error_frame_and_the_connection_cl
     await _untouched(bookie, 41)
 
 
+@pytest.mark.parametrize("attempt", range(3))
+async def test_pipelined_frames_behind_a_refused_one_do_not_cost_the_error_frame(
+    bookie: BookieService, attempt: int
+) -> None:
+    """A client that pipelines requests (as a job's read window does) behind a refused first frame
+    still reads why, then a clean end of stream. Had the bookie closed with those frames unread,
+    the kernel would answer with a reset, which can discard the error frame: ``read`` would raise
+    ``ConnectionResetError`` instead (the jobs-auth test failed that way under load)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", bookie.port)
+    data = b"x" * 1024
+    frames_out = [c.bk_add(43, e, data, crc32c(data), e - 1 if e else NO_ENTRY, rid=e + 1) for e in range(2048)]
+    writer.write(b"".join(encode_frame(f) for f in frames_out))  # ~2 MiB: more than the socket buffers hold
+    decoder = FrameDecoder()
+    frames: list[Any] = []
+    async with asyncio.timeout(10):
+        while chunk := await reader.read(65536):
+            frames += decoder.feed(chunk)
+    writer.close()
+    assert [f["code"] for f in frames] == ["AuthenticationError"], frames
+    await _untouched(bookie, 43)
+
+
 async def test_valid_token_writes_and_reads(bookie: BookieService) -> None:
     async with _client(bookie.port, _token("broker", expires_in=3600)) as client:
         await _add(client, 42, 0, b"hello")

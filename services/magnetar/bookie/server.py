@@ -48,6 +48,24 @@ from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, enco
 
 log = logging.getLogger(__name__)
 _READ_CHUNK = 256 * 1024
+_LINGER_SECONDS = 2.0  # how long a refused connection is drained before it is closed regardless
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Deliver the last frame of a refused connection before closing it.
+
+    Closing a socket with unread input makes the kernel send a reset, which can discard the
+    error frame before the client reads it: a client that pipelined requests behind a refused
+    first frame would see "connection reset" instead of why. So: send, half-close, and discard
+    what the client still sends until it closes its side (bounded by ``_LINGER_SECONDS``).
+    """
+    with contextlib.suppress(OSError, ssl.SSLError):  # ConnectionError and TimeoutError are OSErrors
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(_LINGER_SECONDS):
+            while await reader.read(_READ_CHUNK):
+                pass
 
 
 # The typed commands say what a well-behaved client sends; these check what actually arrived.
@@ -197,8 +215,7 @@ class BookieServer:
                     if conn.in_flight:  # requests before the bad frame still get their answers
                         await asyncio.wait(list(conn.in_flight))
                     conn.send(c.error_frame(None, str(exc.code), str(exc)))
-                    with contextlib.suppress(ConnectionError):
-                        await writer.drain()
+                    await _linger(reader, writer)
                     return
                 await writer.drain()  # back-pressure: stop reading while responses pile up
         except (ConnectionError, ssl.SSLError):

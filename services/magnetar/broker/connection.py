@@ -68,6 +68,7 @@ from magnetar.protocol.framing import FrameDecoder, encode_frames
 from magnetar.protocol.topic_name import TopicName, check_namespace, valid_subscription
 
 log = logging.getLogger(__name__)
+FATAL_LINGER_SECONDS = 2.0  # a refused connection is closed by then even if the client keeps it open
 _ids = itertools.count(1)
 # Generated producer names carry this process's token: names must not repeat across brokers and
 # restarts, since deduplication is keyed by them.
@@ -271,8 +272,19 @@ class ServerConnection(asyncio.Protocol):
         log.info("closing connection %s: %s: %s", self.id, code, message)
         self.service.metrics.protocol_errors.inc()
         self.write(c.error_frame(rid, code, message))
-        self.close()
-        self._closed = True
+        self._flush()
+        self._closed = True  # from here on, what the client still sends is read and discarded
+        transport = self.transport
+        if transport is None:
+            return
+        if transport.can_write_eof():
+            # Closing with unread input would make the kernel reset the connection, which can
+            # discard the error frame before the client reads it: half-close instead, and let the
+            # client's own close (or the linger bound) end the connection.
+            transport.write_eof()
+            asyncio.get_running_loop().call_later(FATAL_LINGER_SECONDS, transport.close)
+        else:
+            transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
