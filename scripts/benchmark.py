@@ -13,6 +13,7 @@ Measures, each over --runs runs:
      (etcd, 3 bookies at E3/Qw3/Qa2, 2 brokers), side by side with the standalone figures.
 
 Usage: scripts/benchmark.py [--runs 3] [--backlog 10000000] [--cluster] [--json out.json]
+       scripts/benchmark.py --workloads [--peers] [--cluster] [--runs 3] [--json out.json]  (issue 14's W1/W2)
 """
 
 from __future__ import annotations
@@ -312,6 +313,18 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def run_workloads(args: argparse.Namespace) -> int:
+    """Delegate to benchmark_workloads.main, passing on the options both scripts share (its own
+    defaults otherwise: its --messages means W1's count, not this script's pub/sub count)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import benchmark_workloads
+
+    argv = ["--runs", str(args.runs)]
+    argv += ["--peers"] * args.peers + ["--cluster"] * args.cluster
+    argv += ["--json", args.json] if args.json else []
+    return benchmark_workloads.main(argv)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
@@ -320,7 +333,13 @@ def main() -> int:
     ap.add_argument("--backlog", type=int, default=0, help="messages for the backlog/memory run (0: skip)")
     ap.add_argument("--cluster", action="store_true", help="also measure a local cluster (E3/Qw3/Qa2)")
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--workloads", action="store_true", help="run issue 14's W1/W2 workloads (scripts/benchmark_workloads.py)"
+    )
+    ap.add_argument("--peers", action="store_true", help="with --workloads: also Redis Streams and RabbitMQ streams")
     args = ap.parse_args()
+    if args.workloads:
+        return run_workloads(args)
     res: dict[str, Any] = {"runs": args.runs}
 
     lm = [raw_lmdb_commits(args.seconds) for _ in range(args.runs)]
