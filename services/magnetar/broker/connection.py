@@ -24,7 +24,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from magnetar import __version__
 from magnetar.broker import schema_admission
@@ -214,9 +214,9 @@ class ServerConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        if not self.guard.on_accept(transport):  # over a connection cap: closed, never read
+        # A stream transport (uvloop's is not an asyncio.Transport subclass, but has its methods).
+        self.transport = cast(asyncio.Transport, transport)
+        if not self.guard.on_accept(self.transport):  # over a connection cap: closed, never read
             self._closed = True
             return
         self.service.connections.add(self)

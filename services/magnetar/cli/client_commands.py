@@ -7,10 +7,10 @@ the asyncio client directly, since a command-line run owns its whole process and
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from typing import Any
 
+from magnetar import event_loop
 from magnetar.client import aio
 from magnetar.client.options import ConsumerType, InitialPosition
 from magnetar.protocol.errors import MagnetarError
@@ -71,12 +71,12 @@ async def _consume(args: argparse.Namespace) -> int:
 
 
 def run_produce(args: argparse.Namespace) -> int:
-    return asyncio.run(_produce(args))
+    return event_loop.run(_produce(args))
 
 
 def run_consume(args: argparse.Namespace) -> int:
     try:
-        return asyncio.run(_consume(args))
+        return event_loop.run(_consume(args))
     except KeyboardInterrupt:
         return 130
 

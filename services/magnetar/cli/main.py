@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from magnetar import event_loop
 from magnetar.cli.flag_types import flag_bool
 
 DEFAULT_DATA_DIR = os.environ.get("MAGNETAR_DATA_DIR", "data/standalone")
@@ -42,7 +43,7 @@ def _run_until_signal(
         await stop()
 
     try:
-        asyncio.run(main())
+        event_loop.run(main())
     except PortInUse as exc:
         hint = f"; pass {flags[exc.listener]} to choose another" if exc.listener in flags else ""
         print(f"magnetar {role}: {exc}{hint}", file=sys.stderr, flush=True)

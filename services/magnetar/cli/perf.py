@@ -22,6 +22,7 @@ import time
 from collections import deque
 from typing import Any
 
+from magnetar import event_loop
 from magnetar.client import aio
 from magnetar.client.auth import tls_from_params, token_from_params
 from magnetar.client.batch_builder import SendReceipt
@@ -355,7 +356,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _run(coro_fn: Any, args: argparse.Namespace) -> int:
     try:
-        summary = asyncio.run(coro_fn(args))
+        summary = event_loop.run(coro_fn(args))
     except KeyboardInterrupt:
         return 130
     if args.json:

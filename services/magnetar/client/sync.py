@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from magnetar import event_loop
 from magnetar.client import aio
 from magnetar.client import reader as aio_reader
 from magnetar.client.arguments import (
@@ -76,7 +77,7 @@ class _LoopThread:
     """A daemon thread running the event loop that every object of one ``Client`` lives on."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = event_loop.new_event_loop()  # uvloop when installed
         self._thread = threading.Thread(target=self._main, name="magnetar-client-loop", daemon=True)
         self._thread.start()
         # Set when the client is closed: every later ``run`` raises AlreadyClosed,
