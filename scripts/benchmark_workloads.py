@@ -115,6 +115,14 @@ def percentiles_ms(latencies_ns: list[int]) -> dict[str, float]:
     return {"p50_ms": rank(0.50), "p99_ms": rank(0.99), "count": float(len(ordered))}
 
 
+def consume_result(n: int, elapsed: float, e2e: list[int] | None) -> dict[str, Any]:
+    """A consumer child's result: its msg/s, and with ``e2e`` (W2) its end-to-end percentiles."""
+    out: dict[str, Any] = {"consume_msg_per_s": n / elapsed}
+    if e2e is not None:
+        out["e2e"] = percentiles_ms(e2e)
+    return out
+
+
 @dataclass(frozen=True)
 class Schedule:
     """The open loop's fixed timetable: message i is due at ``start_ns + i * interval_ns``."""
@@ -218,10 +226,7 @@ def _magnetar_consume(spec: dict[str, Any], ready: bool) -> dict[str, Any]:
         consumer.close()
     finally:
         client.close()
-    out: dict[str, Any] = {"consume_msg_per_s": n / elapsed}
-    if ready:
-        out["e2e"] = percentiles_ms(e2e)
-    return out
+    return consume_result(n, elapsed, e2e if ready else None)
 
 
 def magnetar_w1_consume(spec: dict[str, Any]) -> dict[str, Any]:

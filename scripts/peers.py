@@ -55,6 +55,7 @@ from benchmark_workloads import (
     Schedule,
     System,
     announce_ready,
+    consume_result,
     lines_until,
     percentiles_ms,
     stamp,
@@ -226,10 +227,7 @@ async def redis_consume(spec: dict[str, Any], ready: bool) -> dict[str, Any]:
                 got += len(ids)
     elapsed = time.perf_counter() - start
     await r.aclose()
-    out: dict[str, Any] = {"consume_msg_per_s": n / elapsed}
-    if ready:
-        out["e2e"] = percentiles_ms(e2e)
-    return out
+    return consume_result(n, elapsed, e2e if ready else None)
 
 
 async def redis_w2_produce(spec: dict[str, Any]) -> dict[str, Any]:
@@ -457,10 +455,7 @@ async def rabbitmq_consume(spec: dict[str, Any], ready: bool) -> dict[str, Any]:
     await asyncio.wait_for(done.wait(), STEP_TIMEOUT_S)
     elapsed = time.perf_counter() - start
     await consumer.close()
-    out: dict[str, Any] = {"consume_msg_per_s": n / elapsed}
-    if ready:
-        out["e2e"] = percentiles_ms(e2e)
-    return out
+    return consume_result(n, elapsed, e2e if ready else None)
 
 
 # ---------------------------------------------------------------- dispatch
