@@ -1,8 +1,8 @@
 """The event loop Magnetar's servers and its blocking client's thread run on: uvloop when installed.
 
 uvloop (the ``fast`` extra) runs the same asyncio programs with its event loop written in Cython
-on libuv: each loop iteration, callback and socket read costs less Python, which is most of a
-message's latency when one entry is one message (see README, "Performance"). As with the peers'
+on libuv: each loop iteration, callback and socket read costs less Python, which shortens a
+message's trip when one entry is one message (README, "Benchmarks", has the figure). As with the peers'
 Python clients, it is an optional dependency: without it, or with ``MAGNETAR_EVENT_LOOP=asyncio``,
 the standard library's loop runs instead, with the same behaviour.
 
@@ -59,5 +59,5 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
 
 def kind(loop: asyncio.AbstractEventLoop) -> str:
-    """``"uvloop"`` or ``"asyncio"``: which loop ``loop`` is (shown in banners and tested)."""
+    """``"uvloop"`` or ``"asyncio"``: which loop ``loop`` is (what the tests check)."""
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
