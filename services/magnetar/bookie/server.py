@@ -126,6 +126,7 @@ class BookieServer:
         port: int = 0,
         store: MetadataStore | None = None,
         advertised_host: str | None = None,
+        advertised_port: int | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         authenticator: BookieAuthenticator | None = None,
         ssl_context: ssl.SSLContext | None = None,
@@ -138,6 +139,7 @@ class BookieServer:
         self._port = port
         self._store = store
         self._advertised_host = advertised_host
+        self._advertised_port = advertised_port
         self._max_frame_size = max_frame_size
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -166,6 +168,12 @@ class BookieServer:
             return socket.gethostname()
         return self._host
 
+    @property
+    def advertised_port(self) -> int:
+        """The port registered for brokers and other bookies: the bound one unless a proxy or a
+        NAT in front of the bookie listens on another (``--advertised-port``)."""
+        return self._advertised_port or self._port
+
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self._host, self._port, limit=_READ_CHUNK, ssl=self._ssl)
         self._port = int(self._server.sockets[0].getsockname()[1])
@@ -180,7 +188,7 @@ class BookieServer:
         await register(
             self._store,
             self._bookie_id,
-            BookieRegistration(self.advertised_host, self._port, read_only, tls=self._ssl is not None),
+            BookieRegistration(self.advertised_host, self.advertised_port, read_only, tls=self._ssl is not None),
         )
         self._registered_read_only = read_only
 

@@ -78,6 +78,7 @@ class BookieService:
         reprovision: bool = False,
         sync: bool = True,
         advertised_host: str | None = None,
+        advertised_port: int | None = None,
         disk_check_interval: float = 10.0,
         registry: CollectorRegistry | None = None,
         autorecovery: bool | None = None,
@@ -104,6 +105,7 @@ class BookieService:
         self._reprovision = reprovision
         self._sync = sync
         self._advertised_host = advertised_host
+        self._advertised_port = advertised_port
         self._disk_check_interval = disk_check_interval
         self._metrics = BookieMetrics.for_registry(registry).bind(bookie_id)
         self.cookie: Cookie | None = None
@@ -149,6 +151,7 @@ class BookieService:
             port=self._port,
             store=self.store,
             advertised_host=self._advertised_host,
+            advertised_port=self._advertised_port,
             authenticator=self._authenticator,
             ssl_context=self._ssl_context,
         )

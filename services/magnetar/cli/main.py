@@ -232,6 +232,8 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         readonly_threshold=args.readonly_threshold,
         reprovision=args.reprovision,
         advertised_host=args.advertised_address,
+        advertised_port=args.advertised_port,
+        sync_data=args.journal_sync_data,
         http_port=args.http_port,
         security=checked(bookie_security, args),
         client_security=checked(client_security, args),
@@ -351,6 +353,19 @@ def build_parser() -> argparse.ArgumentParser:
     bk.add_argument("--config", default=None, help="Pulsar-style YAML settings (flags win)")
     bk.add_argument("--data-dir", default=None)
     bk.add_argument("--advertised-address", default=None)
+    bk.add_argument(
+        "--advertised-port",
+        type=int,
+        default=None,
+        help="port to register instead of --port (a proxy or NAT in front of the bookie)",
+    )
+    bk.add_argument(
+        "--journal-sync-data",
+        type=flag_bool,
+        default=True,
+        help="fsync before acknowledging an add (BookKeeper's journalSyncData); false loses "
+        "acknowledged entries on power loss and exists only to show that loss in tests",
+    )
     bk.add_argument("--http-port", type=int, default=None, help="serve /health, /ready, /metrics here")
     bk.add_argument("--host", default="127.0.0.1")
     bk.add_argument("--port", type=int, default=3181)

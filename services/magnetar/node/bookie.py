@@ -39,6 +39,8 @@ class BookieNode(Node):
         readonly_threshold: float = 0.95,
         reprovision: bool = False,
         advertised_host: str | None = None,
+        advertised_port: int | None = None,
+        sync_data: bool = True,
         http_port: int | None = None,
         security: BookieSecurity | None = None,
         client_security: BookieClientSecurity | None = None,
@@ -55,6 +57,8 @@ class BookieNode(Node):
         self.readonly_threshold = readonly_threshold
         self.reprovision = reprovision
         self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        self.sync_data = sync_data
         self.http_port = http_port
         self.store: MetadataStore | None = None
         self.service: BookieService | None = None
@@ -72,6 +76,8 @@ class BookieNode(Node):
             readonly_threshold=self.readonly_threshold,
             reprovision=self.reprovision,
             advertised_host=self.advertised_host,
+            advertised_port=self.advertised_port,
+            sync=self.sync_data,
             security=self.security,
             client_security=self.client_security,
         )
