@@ -1,8 +1,15 @@
 """Fixtures for the fault scenarios: a fresh ``LocalCluster`` per test (etcd, 3 bookies, 2 brokers),
-its process logs printed when the test fails, and a topic name."""
+its process logs printed when the test fails, a topic name, and seeds.
+
+A scenario that takes the ``fault_seed`` fixture is randomized from that seed (victims, timings,
+which bytes to flip) and runs once per seed: ``FAULTS_SEEDS=1,2,3,4,5`` runs it five times with
+those seeds; without it, once with a seed drawn at random and printed (``FAULTS seed=N``), so CI
+explores and a failure can be replayed with ``FAULTS_SEEDS=N``."""
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 import uuid
 from collections.abc import Generator, Iterator
@@ -10,6 +17,29 @@ from pathlib import Path
 
 import pytest
 from tests.support.cluster import LocalCluster
+
+SEEDS_ENV = "FAULTS_SEEDS"
+
+
+def fault_seeds() -> list[int]:
+    """The seeds to run each seeded scenario with (``FAULTS_SEEDS``, or one random seed)."""
+    raw = os.environ.get(SEEDS_ENV, "").strip()
+    if raw:
+        return [int(x) for x in raw.replace(" ", "").split(",") if x]
+    return [random.SystemRandom().randrange(1, 1_000_000)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "fault_seed" in metafunc.fixturenames:
+        seeds = fault_seeds()
+        metafunc.parametrize("fault_seed", seeds, ids=[f"seed{s}" for s in seeds])
+
+
+@pytest.fixture
+def rng(fault_seed: int) -> random.Random:
+    """The scenario's random source, seeded (printed so that a run can be replayed)."""
+    print(f"FAULTS seed={fault_seed} (replay with {SEEDS_ENV}={fault_seed})", flush=True)
+    return random.Random(fault_seed)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
