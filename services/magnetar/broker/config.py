@@ -95,6 +95,10 @@ class BrokerConfig:
     broker_max_connections_per_ip: int = 0
     max_producers_per_connection: int = 0
     max_consumers_per_connection: int = 0
+    # Pulsar's maxUnackedMessagesPerConsumer / PerSubscription (Shared and Key_Shared; 0: no limit):
+    # dispatch stops at the limit and resumes at half of it (broker/consumer.py, subscription.py).
+    max_unacked_messages_per_consumer: int = 50000
+    max_unacked_messages_per_subscription: int = 200000
     max_concurrent_lookup_request: int = 50000
     pre_authentication_max_frame_size: int = 64 * 1024
     pre_authentication_timeout_seconds: float = 30.0

@@ -1,8 +1,16 @@
-"""The broker's view of one connected consumer: its permits and its unacknowledged entries."""
+"""The broker's view of one connected consumer: its permits and its unacknowledged entries.
+
+A consumer of a Shared or Key_Shared subscription that stops acknowledging would otherwise make
+the broker remember every entry it was given, without bound. As in Pulsar, such a consumer is
+*blocked* once it holds ``max_unacked`` unacknowledged messages (``maxUnackedMessagesPerConsumer``,
+50,000 by default): it gets nothing more, whatever its permits, until its acknowledgements bring it
+down to half the limit. The count is kept as entries come and go (``UnackedEntries``) because
+dispatch checks it for every entry.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,6 +55,44 @@ class MessageSink(Protocol):
         """Failover: tell the consumer it became (or stopped being) the active one."""
 
 
+class UnackedEntries:
+    """Entries delivered to one consumer and not yet acknowledged, each with how many of its
+    messages are unacknowledged; ``messages`` is their sum, kept current on every change."""
+
+    __slots__ = ("_entries", "messages")
+
+    def __init__(self) -> None:
+        self._entries: dict[Position, int] = {}
+        self.messages = 0
+
+    def __setitem__(self, pos: Position, count: int) -> None:
+        self.messages += count - self._entries.get(pos, 0)
+        self._entries[pos] = count
+
+    def __getitem__(self, pos: Position) -> int:
+        return self._entries[pos]
+
+    def pop(self, pos: Position, default: int | None = None) -> int | None:
+        count = self._entries.pop(pos, None)
+        if count is None:
+            return default
+        self.messages -= count
+        return count
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.messages = 0
+
+    def __contains__(self, pos: object) -> bool:
+        return pos in self._entries
+
+    def __iter__(self) -> Iterator[Position]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 @dataclass(eq=False, slots=True)
 class ServerConsumer:
     consumer_id: int
@@ -54,7 +100,7 @@ class ServerConsumer:
     sink: MessageSink
     permits: int = 0
     # Entries delivered and not yet acknowledged, with how many of their messages are unacked.
-    unacked: dict[Position, int] = field(default_factory=dict)
+    unacked: UnackedEntries = field(default_factory=UnackedEntries)
     msg_out: int = 0
     # Failover and Shared: lower levels are served first (Pulsar's priorityLevel).
     priority_level: int = 0
@@ -66,10 +112,28 @@ class ServerConsumer:
     allow_out_of_order: bool = False
     # The properties the client subscribed with (WIRE.md R106), shown as ``metadata`` in stats.
     metadata: dict[str, str] = field(default_factory=dict)
+    # maxUnackedMessagesPerConsumer for this consumer (0: no limit; set by Shared and Key_Shared
+    # subscriptions only, as in Pulsar), and whether it is blocked by it now.
+    max_unacked: int = 0
+    blocked: bool = False
 
     @property
     def unacked_messages(self) -> int:
-        return sum(self.unacked.values())
+        return self.unacked.messages
+
+    @property
+    def can_take(self) -> bool:
+        """Whether dispatch may give this consumer an entry now: it has permits and is not
+        blocked on unacknowledged messages."""
+        return self.permits > 0 and not self.blocked
+
+    def check_unblocked(self) -> bool:
+        """Lift the block once acknowledgements brought the consumer to half its limit (Pulsar's
+        rule); True when it was lifted now."""
+        if self.blocked and self.unacked.messages <= self.max_unacked // 2:
+            self.blocked = False
+            return True
+        return False
 
     def deliver(
         self,
@@ -86,4 +150,6 @@ class ServerConsumer:
         self.permits -= pending
         self.unacked[pos] = pending
         self.msg_out += pending
+        if self.max_unacked > 0 and self.unacked.messages >= self.max_unacked:
+            self.blocked = True
         self.sink.send_message(self.consumer_id, pos, meta, payload, redeliveries, sorted(acked) if acked else None)

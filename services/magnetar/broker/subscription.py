@@ -121,16 +121,59 @@ class Subscription:
         self.expiry = ExpiryStats()
         # A read-compacted consumer's view (compaction/reads.py, WIRE.md R46b): set when one joins.
         self.compacted: CompactedReads | None = None
+        # maxUnackedMessagesPerConsumer / PerSubscription (0: none), for Shared and Key_Shared
+        # only (as in Pulsar: the other types re-read from the cursor and need no such bound);
+        # ``blocked_on_unacked``: the whole subscription gets nothing until acks halve the count.
+        self.max_unacked_per_consumer = 0
+        self.max_unacked_per_subscription = 0
+        self.blocked_on_unacked = False
 
     @property
     def sub_type(self) -> str:
         return self.dispatcher.sub_type
 
     # ------------------------------------------------------------------ consumers
+    def set_unacked_limits(self, per_consumer: int, per_subscription: int) -> None:
+        """The broker's (or a policy's) unacked-message limits, applied from the next dispatch."""
+        self.max_unacked_per_consumer = per_consumer
+        self.max_unacked_per_subscription = per_subscription
+        for consumer in self.dispatcher.consumers:
+            consumer.max_unacked = self._consumer_limit()
+        self._after_acks()
+
+    def _limits_apply(self) -> bool:
+        return self.dispatcher.sub_type in (c.SUB_SHARED, c.SUB_KEY_SHARED)
+
+    def _consumer_limit(self) -> int:
+        return self.max_unacked_per_consumer if self._limits_apply() else 0
+
+    def unacked_messages(self) -> int:
+        return sum(cons.unacked.messages for cons in self.dispatcher.consumers)
+
+    def _after_acks(self) -> None:
+        """Acknowledgements (or returns) lowered the unacked counts: lift the blocks they lifted
+        (Pulsar's rule: at half the limit) and dispatch again if any was lifted."""
+        lifted = False
+        for consumer in self.dispatcher.consumers:
+            if consumer.check_unblocked():
+                lifted = True
+                if self.dispatcher.by_key:
+                    self._unpark(consumer)
+        if self.blocked_on_unacked and (
+            not self._limits_apply()
+            or self.max_unacked_per_subscription <= 0
+            or self.unacked_messages() <= self.max_unacked_per_subscription // 2
+        ):
+            self.blocked_on_unacked = False
+            lifted = True
+        if lifted:
+            self.schedule()
+
     def add_consumer(self, consumer: ServerConsumer, sub_type: str) -> None:
         check_joinable(self.dispatcher, sub_type, self.name)
         if not self.dispatcher.consumers and sub_type != self.dispatcher.sub_type:
             self._change_type(sub_type)
+        consumer.max_unacked = self._consumer_limit()
         had_consumers = bool(self.dispatcher.consumers)
         previous_active = self.dispatcher.active_consumer
         self.dispatcher.add(consumer)
@@ -155,6 +198,7 @@ class Subscription:
         if self.dispatcher.by_key:
             self._unpark_all()
         self._hand_over(previous_active)
+        self._after_acks()
         if not self.durable and not self.dispatcher.consumers and self.on_last_consumer is not None:
             self.on_last_consumer(self)
             return
@@ -194,9 +238,9 @@ class Subscription:
             self._return_unacked(previous_active, list(previous_active.unacked), count=False)
 
     def flow(self, consumer: ServerConsumer, permits: int) -> None:
-        before = consumer.permits
+        could = consumer.can_take
         consumer.permits += permits
-        if self.dispatcher.by_key and before <= 0 < consumer.permits:
+        if self.dispatcher.by_key and not could and consumer.can_take:
             self._unpark(consumer)
         self.schedule()
 
@@ -213,6 +257,7 @@ class Subscription:
 
     def negative_ack(self, consumer: ServerConsumer, positions: list[Position] | None) -> None:
         self._return_unacked(consumer, positions if positions is not None else list(consumer.unacked))
+        self._after_acks()
         self.schedule()
 
     # ------------------------------------------------------------------ acks
@@ -251,6 +296,7 @@ class Subscription:
         if self.compacted is not None:
             self.compacted.after_ack()  # what compaction removed counts as consumed
         self._check_recently_joined()
+        self._after_acks()
         return fut
 
     def _batch_acks(self, batch_acks: Sequence[BatchAck]) -> None:
@@ -273,6 +319,7 @@ class Subscription:
             self.delayed.remove(positions)
         fut = self.cursor.ack(positions)
         self._check_recently_joined()
+        self._after_acks()
         return fut
 
     def _forget(self, pos: Position) -> None:
@@ -427,7 +474,7 @@ class Subscription:
                 deferred.append(pos)
             return None
         consumer = self.dispatcher.select(h)
-        if consumer is None or consumer.permits <= 0:
+        if consumer is None or not consumer.can_take:
             self._park(pos, h, consumer)
             return None
         joined_at = self.recently_joined.get(consumer)
@@ -452,7 +499,7 @@ class Subscription:
         if self._task is not None and not self._task.done():
             self._again = True
             return
-        if not self.dispatcher.has_permits():
+        if self.blocked_on_unacked or not self.dispatcher.has_permits():
             return
         if not (
             self._ready
@@ -485,7 +532,7 @@ class Subscription:
             self._replay_add(pos)
 
     async def _dispatch_round(self) -> bool:
-        if not self.dispatcher.has_permits():
+        if self.blocked_on_unacked or not self.dispatcher.has_permits():
             return False
         epoch = self._epoch
         self._release_delayed()
@@ -565,6 +612,9 @@ class Subscription:
         dispatcher = self.dispatcher
         now = now_ms()
         for i, (pos, data) in enumerate(entries):
+            if self.blocked_on_unacked:
+                self._put_back(entries, i, replay, pos)
+                return
             if replay and (pos not in self.redeliver or pos in self._parked_under):
                 continue  # acknowledged, or parked again, while it was being read
             if self.cursor.is_acked(pos) or pos in self.owner:
@@ -591,15 +641,19 @@ class Subscription:
                 consumer = dispatcher.pick()
                 if consumer is None:
                     # Out of permits mid-batch: the rest waits for the next round.
-                    if replay:
-                        for later, _ in entries[i:]:
-                            if later in self.redeliver:
-                                heapq.heappush(self._ready, later)
-                    elif pos < self.cursor.read_position:
-                        self.cursor.read_position = pos
+                    self._put_back(entries, i, replay, pos)
                     return
             self._replay_drop(pos)
             self._deliver(consumer, pos, meta, payload)
+
+    def _put_back(self, entries: list[tuple[Position, bytes]], i: int, replay: bool, pos: Position) -> None:
+        """Stop a round at ``entries[i]`` (``pos``): what was not dispatched waits for the next."""
+        if replay:
+            for later, _ in entries[i:]:
+                if later in self.redeliver:
+                    heapq.heappush(self._ready, later)
+        elif pos < self.cursor.read_position:
+            self.cursor.read_position = pos
 
     def _deliver(self, consumer: ServerConsumer, pos: Position, meta: EntryMeta, payload: bytes) -> None:
         count = int(meta.get("n", 1))
@@ -613,6 +667,9 @@ class Subscription:
         if h is not None and self.dispatcher.by_key:
             holders = self._held.setdefault(h, {})
             holders[consumer] = holders.get(consumer, 0) + 1
+        limit = self.max_unacked_per_subscription
+        if limit > 0 and self._limits_apply() and self.unacked_messages() >= limit:
+            self.blocked_on_unacked = True
         self.msg_out += count - (len(acked) if acked else 0)
         self.bytes_out += len(payload)
         self.dispatch_gate.consume(count - (len(acked) if acked else 0), len(payload))
@@ -624,7 +681,8 @@ class Subscription:
         out: dict[str, Any] = {
             "type": dispatcher.sub_type,
             "msgBacklog": self.cursor.backlog,
-            "unackedMessages": sum(cons.unacked_messages for cons in dispatcher.consumers),
+            "unackedMessages": self.unacked_messages(),
+            "blockedSubscriptionOnUnackedMsgs": self.blocked_on_unacked,
             "msgOutCounter": self.msg_out,
             "bytesOutCounter": self.bytes_out,
             "markDeletePosition": str(self.cursor.mark_delete),

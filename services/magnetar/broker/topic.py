@@ -57,7 +57,8 @@ class PersistentTopic:
         self.rate_limits = TopicRateLimits(self.policies, lambda: list(self.subscriptions.values()))
         self.policy_listeners.append(self.rate_limits.apply)
         # Message deduplication (dedup.py): on or off with the policy, live.
-        self.dedup = Deduplication(name, ml, config or BrokerConfig(), self.policies)
+        self.config = config or BrokerConfig()
+        self.dedup = Deduplication(name, ml, self.config, self.policies)
         self.policy_listeners.append(self.dedup.apply)
         # Backlog quotas (backlog_quota.py): checked periodically and at producer creation.
         self.backlog_quota = BacklogQuotaGuard(self)
@@ -175,6 +176,9 @@ class PersistentTopic:
             sub = self.subscriptions.get(sub_name) or Subscription(self.name, self.ml, cursor, sub_type)
             self.subscriptions[sub_name] = sub
         self.rate_limits.attach(sub)
+        sub.set_unacked_limits(
+            self.config.max_unacked_messages_per_consumer, self.config.max_unacked_messages_per_subscription
+        )
         try:
             sub.add_consumer(consumer, sub_type)
         except BaseException:

@@ -79,6 +79,8 @@ KEYS: dict[str, dict[str, str]] = {
         "brokerMaxConnectionsPerIp": "broker_max_connections_per_ip",
         "maxProducersPerConnection": "max_producers_per_connection",
         "maxConsumersPerConnection": "max_consumers_per_connection",
+        "maxUnackedMessagesPerConsumer": "max_unacked_messages_per_consumer",
+        "maxUnackedMessagesPerSubscription": "max_unacked_messages_per_subscription",
         "maxConcurrentLookupRequest": "max_concurrent_lookup_request",
         "preAuthenticationMaxFrameSize": "pre_authentication_max_frame_size",
         "preAuthenticationTimeoutSeconds": "pre_authentication_timeout_seconds",

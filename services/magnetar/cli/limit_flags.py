@@ -2,7 +2,8 @@
 
 One flag per setting, the broker.conf name in kebab case (``--broker-max-connections-per-ip`` for
 ``brokerMaxConnectionsPerIp``); config files use the broker.conf names (cli/config_file.py).
-Defaults are Pulsar's (0 = unlimited, 50000 lookups) and Magnetar's for the settings Pulsar lacks.
+Defaults are Pulsar's (0 = unlimited, 50000 lookups, 50000 and 200000 unacked messages per
+consumer and per subscription) and Magnetar's for the settings Pulsar lacks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ _INT_FLAGS = {
     "broker_max_connections_per_ip": 0,
     "max_producers_per_connection": 0,
     "max_consumers_per_connection": 0,
+    "max_unacked_messages_per_consumer": 50000,
+    "max_unacked_messages_per_subscription": 200000,
     "max_concurrent_lookup_request": 50000,
     "pre_authentication_max_frame_size": 64 * 1024,
 }

@@ -38,10 +38,10 @@ class Dispatcher(ABC):
         return None
 
     def has_permits(self) -> bool:
-        return any(c.permits > 0 for c in self.consumers)
+        return any(c.can_take for c in self.consumers)
 
     def total_permits(self) -> int:
-        return sum(max(0, c.permits) for c in self.consumers)
+        return sum(max(0, c.permits) for c in self.consumers if c.can_take)
 
     @abstractmethod
     def pick(self) -> ServerConsumer | None:
@@ -62,6 +62,7 @@ class Dispatcher(ABC):
             {
                 "consumerName": cons.name,
                 "availablePermits": cons.permits,
+                "blockedConsumerOnUnackedMsgs": cons.blocked,
                 "unackedMessages": cons.unacked_messages if track_unacked else 0,
                 "msgOutCounter": cons.msg_out,
                 "priorityLevel": cons.priority_level,

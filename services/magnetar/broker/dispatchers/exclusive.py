@@ -21,6 +21,6 @@ class ExclusiveDispatcher(Dispatcher):
         return self.consumers[0] if self.consumers else None
 
     def pick(self) -> ServerConsumer | None:
-        if self.consumers and self.consumers[0].permits > 0:
+        if self.consumers and self.consumers[0].can_take:
             return self.consumers[0]
         return None

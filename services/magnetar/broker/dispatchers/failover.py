@@ -63,12 +63,12 @@ class FailoverDispatcher(Dispatcher):
             joined.sink.send_active_consumer_change(joined.consumer_id, joined is self._active)
 
     def has_permits(self) -> bool:
-        return self._active is not None and self._active.permits > 0
+        return self._active is not None and self._active.can_take
 
     def total_permits(self) -> int:
-        return max(0, self._active.permits) if self._active is not None else 0
+        return max(0, self._active.permits) if self._active is not None and self._active.can_take else 0
 
     def pick(self) -> ServerConsumer | None:
-        if self._active is not None and self._active.permits > 0:
+        if self._active is not None and self._active.can_take:
             return self._active
         return None

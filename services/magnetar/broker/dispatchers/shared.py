@@ -42,7 +42,7 @@ class SharedDispatcher(Dispatcher):
             start = self._next.get(level, 0) % n
             for i in range(n):
                 consumer = group[(start + i) % n]
-                if consumer.permits > 0:
+                if consumer.can_take:
                     self._next[level] = (start + i + 1) % n
                     return consumer
         return None
