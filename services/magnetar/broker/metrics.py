@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from magnetar.ledger.bookie_latency import BOOKIE_LATENCY, BUCKETS, BookieLatency
 
 if TYPE_CHECKING:
     from magnetar.broker.non_persistent_topic import NonPersistentTopic
@@ -62,6 +66,9 @@ class BrokerMetrics:
             registry=r,
         )
         self._dropped_seen: dict[str, int] = {}
+        # Per-bookie add latency as this broker's ledger writers see it, and which bookie is slow
+        # (ledger/bookie_latency.py): read at scrape time.
+        r.register(BookieLatencyCollector(BOOKIE_LATENCY))
 
     def update(self, topics: Mapping[str, PersistentTopic]) -> None:
         """Refresh the per-topic gauges from the broker's loaded topics (called once a second)."""
@@ -93,3 +100,44 @@ class BrokerMetrics:
             self._dropped_seen[name] = dropped
         for name in [n for n in self._dropped_seen if n not in topics]:
             del self._dropped_seen[name]
+
+
+class BookieLatencyCollector(Collector):
+    """Exports ``BookieLatency`` at scrape time: a histogram of add latency per bookie (send to
+    confirmation, every replica), the recent p50 / p99, and ``magnetar_bookie_client_slow`` (1 for a
+    bookie judged slow against the others, the one an operator should look at)."""
+
+    def __init__(self, source: BookieLatency) -> None:
+        self._source = source
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._source.snapshot()
+        hist = HistogramMetricFamily(
+            "magnetar_bookie_client_add_latency_seconds",
+            "Time from sending an entry to a bookie to its confirmation, per bookie (every replica)",
+            labels=["bookie"],
+        )
+        p50 = GaugeMetricFamily(
+            "magnetar_bookie_client_add_latency_recent_p50_seconds",
+            "Median add latency per bookie over the recent window",
+            labels=["bookie"],
+        )
+        p99 = GaugeMetricFamily(
+            "magnetar_bookie_client_add_latency_recent_p99_seconds",
+            "99th percentile add latency per bookie over the recent window",
+            labels=["bookie"],
+        )
+        slow = GaugeMetricFamily(
+            "magnetar_bookie_client_slow",
+            "1 if the bookie's recent add latency is far above the other bookies' (a slow disk or host)",
+            labels=["bookie"],
+        )
+        for st in stats:
+            bounds = [*(repr(b) for b in BUCKETS), "+Inf"]
+            hist.add_metric([st.bookie], list(zip(bounds, st.buckets, strict=True)), st.total)
+            if st.p50 is not None:
+                p50.add_metric([st.bookie], st.p50)
+            if st.p99 is not None:
+                p99.add_metric([st.bookie], st.p99)
+            slow.add_metric([st.bookie], 1.0 if st.slow else 0.0)
+        return [hist, p50, p99, slow]

@@ -8,6 +8,9 @@ replica; there are no metadata writes except on an ensemble change or close.
 Acks are counted per entry (a set of slots that confirmed it); ``_deliver`` resolves futures
 strictly from the head of the pending queue, which is what makes results arrive in entry order
 (R9) however the bookies interleave their answers.
+
+Each replica's confirmation time is recorded per bookie (``bookie_latency``), so that a bookie
+slower than the others is reported even though Qa < Qw hides it from publish latency.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import deque
 
 from magnetar.ledger.bookie_api import NO_ENTRY, BookieClient, BookieResolver
+from magnetar.ledger.bookie_latency import BOOKIE_LATENCY
 from magnetar.ledger.distribution import contains_slot, write_set
 from magnetar.ledger.metadata_format import LedgerMetadata, LedgerState, decode, encode, ledger_path
 from magnetar.ledger.replica_reads import check_range, read_entries
@@ -185,6 +190,7 @@ class WriteHandle:
         task.add_done_callback(self._tasks.discard)
 
     async def _add(self, pending: _PendingAdd, slot: int, bookie_id: str) -> None:
+        sent = time.monotonic()
         try:
             await self._client(bookie_id).add_entry(
                 self._ledger_id, pending.entry_id, pending.data, pending.crc, self._lac
@@ -197,6 +203,9 @@ class WriteHandle:
                 log.info("ledger %d: add of %d to %s failed: %r", self._ledger_id, pending.entry_id, bookie_id, exc)
                 self._bookie_failed(slot, bookie_id)
             return
+        # Every confirmation counts, late ones too: a bookie whose confirmations always come after
+        # the Qa fastest is invisible in publish latency, and that is what bookie_latency reports.
+        BOOKIE_LATENCY.record(bookie_id, time.monotonic() - sent)
         # A confirmation from a bookie that has since been replaced at this slot does not count:
         # the entry was re-sent to the replacement, which is where readers will look (R12 step 4).
         if self._ensemble[slot] == bookie_id and not pending.finished:

@@ -1,0 +1,112 @@
+"""Clusters whose bookies' data directories are lazyfs mounts (``lazyfs.py``), for the power-loss
+and slow-disk scenarios: start/close the mounts with the cluster, cut the power of some bookies
+(and brokers) at once, power them back on, look at what a bookie's disk kept, and scrape metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import struct
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.support.cluster import LocalCluster, Proc
+from tests.support.lazyfs import LazyFS
+
+
+class LazyCluster:
+    """A ``LocalCluster`` whose bookies' data directories are lazyfs mounts."""
+
+    def __init__(self, base: Path, *, sync_data: bool = True, **options: Any) -> None:
+        args = [] if sync_data else ["--journal-sync-data", "false"]
+        self.cluster = LocalCluster(base, bookie_args=args, **options)
+        self.mounts: dict[str, LazyFS] = {}
+        for b in self.cluster.bookies:
+            assert b.data_dir is not None
+            self.mounts[b.name] = LazyFS(
+                base / "backing" / b.name, b.data_dir, log_path=self.cluster.logs / f"lazyfs-{b.name}.log"
+            )
+
+    def start(self) -> None:
+        for fs in self.mounts.values():
+            fs.start()
+        self.cluster.start()
+
+    def close(self) -> None:
+        self.cluster.close()
+        for fs in self.mounts.values():
+            fs.close()
+
+    def power_loss(self, bookies: Sequence[Proc], brokers: Sequence[Proc] = ()) -> None:
+        """Cut the power of ``bookies`` (and their disks' page caches) and ``brokers``, together."""
+        for b in bookies:
+            fs = self.mounts[b.name]
+            assert fs.proc is not None
+            fs.proc.send_signal(signal.SIGKILL)
+        for p in [*bookies, *brokers]:
+            p.kill9()
+        for b in bookies:
+            self.mounts[b.name].power_loss()  # reap, and detach the dead mount
+
+    def power_on(self, bookies: Sequence[Proc]) -> None:
+        """New lazyfs mounts over the same backing directories, then the bookies (together)."""
+        for b in bookies:
+            self.mounts[b.name].start()
+        for b in bookies:
+            b.spawn()
+        for b in bookies:
+            b.wait_ready(90)
+
+    def entries_on_disk(self, bookie: str) -> set[tuple[int, int]]:
+        """(ledger, entry) keys in the bookie's LMDB in its BACKING directory: what survived."""
+        import lmdb
+
+        path = self.mounts[bookie].backing / "ledgers"
+        data = path / "data.mdb"
+        if not data.exists() or data.stat().st_size == 0:
+            return set()
+        env = lmdb.open(str(path), max_dbs=2, subdir=True, readonly=True, lock=False)
+        try:
+            db = env.open_db(b"entries", create=False)
+            with env.begin(db=db) as txn:
+                return {struct.unpack(">QQ", k) for k in txn.cursor().iternext(keys=True, values=False)}
+        except lmdb.NotFoundError:
+            return set()
+        finally:
+            env.close()
+
+
+def scrape(url: str, timeout: float = 5.0) -> str:
+    """The text of a Prometheus ``/metrics`` endpoint."""
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return str(resp.read().decode())
+
+
+def samples(text: str, name: str) -> dict[str, float]:
+    """``{first label value: value}`` of every sample of metric ``name`` (one-label metrics)."""
+    out: dict[str, float] = {}
+    for m in re.finditer(rf'^{re.escape(name)}\{{[a-z_]+="([^"]*)"[^}}]*\}} (\S+)$', text, re.M):
+        out[m.group(1)] = float(m.group(2))
+    return out
+
+
+@contextlib.contextmanager
+def lazy_cluster(base: Path, **options: Any) -> Iterator[LazyCluster]:
+    """A started ``LazyCluster`` (options: ``sync_data`` and ``LocalCluster``'s), always closed;
+    the process logs' tails are printed at the end (pytest shows them for a failed test)."""
+    c = LazyCluster(base, **options)
+    try:
+        c.start()
+    except BaseException:
+        print(f"\n===== cluster failed to start; logs under {c.cluster.logs} =====\n{c.cluster.log_tails()}")
+        c.close()
+        raise
+    try:
+        yield c
+    finally:
+        c.close()
+        print(f"\n===== process logs (tails) under {c.cluster.logs} =====\n{c.cluster.log_tails(15)}")
