@@ -51,6 +51,10 @@ class BrokerInfo:
     # advertisedListeners / internalListenerName (advertised_listeners.py); optional in the JSON too.
     listeners: Mapping[str, Listener] = field(default_factory=dict, hash=False)
     internal_listener: str | None = None
+    # Which run of the broker process wrote the record (random per start). A broker restarted on the
+    # same host:port has the same id as its dead predecessor, whose ephemeral ownership keys live on
+    # until that predecessor's lease expires: the incarnation tells them apart (``Ownership.acquire``).
+    incarnation: str | None = field(default=None, compare=False)
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {"id": self.broker_id, "broker_url": self.broker_url, "web_url": self.web_url}
@@ -61,6 +65,8 @@ class BrokerInfo:
         if self.listeners:
             doc["listeners"] = to_doc(self.listeners)
             doc["internal_listener"] = self.internal_listener
+        if self.incarnation:
+            doc["incarnation"] = self.incarnation
         return json.dumps(doc).encode()
 
     def lookup_urls(self, listener_name: str | None) -> tuple[str, str | None]:
@@ -81,6 +87,7 @@ class BrokerInfo:
             str(web_tls) if web_tls else None,
             from_doc(doc.get("listeners")),
             str(doc["internal_listener"]) if doc.get("internal_listener") else None,
+            str(doc["incarnation"]) if doc.get("incarnation") else None,
         )
 
 
@@ -161,11 +168,15 @@ class Ownership:
         try:
             await self.store.put(path, self.me.to_json(), MUST_NOT_EXIST, ephemeral=True)
         except BadVersion:
-            current = await self.owner(topic)
-            if current is None:  # released between our write and our read: try once more
+            found = await self.store.get(path)
+            if found is None:  # released between our write and our read: try once more
                 return await self.acquire(topic)
-            if current.broker_id == self.me.broker_id:
+            current = BrokerInfo.from_json(found.value)
+            if self.is_me(current):
                 self.owned.add(path)
+            elif self._is_former_me(current):
+                await self._drop_former(path, found.version)
+                return await self.acquire(topic)
             return current
         self.owned.add(path)
         log.info("broker %s now owns bundle %s", self.me.broker_id, path)
@@ -194,12 +205,37 @@ class Ownership:
         path = self.bundle_path(topic)
         return max(brokers, key=lambda b: _score(path, b.broker_id))
 
+    def is_me(self, info: BrokerInfo) -> bool:
+        """Whether an ownership record is this very process's (id and incarnation)."""
+        return info.broker_id == self.me.broker_id and info.incarnation == self.me.incarnation
+
+    def _is_former_me(self, info: BrokerInfo) -> bool:
+        """A record of an earlier run of this broker (same host:port, another incarnation): that
+        process is dead, since we hold its port, but its key lives until its lease expires."""
+        return info.broker_id == self.me.broker_id and info.incarnation != self.me.incarnation
+
+    async def _drop_former(self, path: str, version: int) -> None:
+        """Delete a former incarnation's ownership key (by version: if anything else changed it,
+        the next attempt reads it again). Adopting it instead would make this broker serve the
+        bundle under the *old* lease and unload it when that lease expires, a few seconds later,
+        while its producers are writing (a burst of resends, duplicates without deduplication)."""
+        log.info("broker %s: removing %s, left by a previous run of this broker", self.me.broker_id, path)
+        try:
+            await self.store.delete(path, version)
+        except (NotFound, BadVersion):
+            pass
+
     async def lookup(self, topic: TopicName) -> tuple[BrokerInfo, bool]:
         """(broker, redirect): the owner with redirect False, or a broker to ask with redirect True."""
-        current = await self.owner(topic)
-        if current is not None:
-            if current.broker_id == self.me.broker_id:
-                self.owned.add(self.bundle_path(topic))
+        path = self.bundle_path(topic)
+        found = await self.store.get(path)
+        current = BrokerInfo.from_json(found.value) if found is not None else None
+        if found is not None and current is not None:
+            if self._is_former_me(current):
+                await self._drop_former(path, found.version)
+                return await self.acquire(topic), False
+            if self.is_me(current):
+                self.owned.add(path)
             return current, False
         target = await self.placement(topic)
         if target.broker_id != self.me.broker_id:

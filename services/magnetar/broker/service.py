@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +42,7 @@ from magnetar.broker.resources import Conflict, Resources
 from magnetar.broker.topic import PersistentTopic
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedger
+from magnetar.managed_ledger.clock import policy_time
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.metadata import paths
 from magnetar.metadata.store import MetadataStore
@@ -94,8 +95,9 @@ class BrokerService:
         self.web_port_tls: int | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._compaction_monitor: asyncio.Task[None] | None = None  # compaction/monitor.py
-        # Epoch seconds for time-based policies (TTL, retention, backlog age); tests may move it on.
-        self.clock: Callable[[], float] = time.time
+        # Epoch seconds for aging data (TTL, retention, backlog-quota age): the guarded clock, which
+        # does not follow a step of the wall clock (managed_ledger/clock.py); tests replace it.
+        self.clock: Callable[[], float] = policy_time
         self._policy_checks = PolicyChecks(self)
         self.connections: set[Any] = set()
         self.ready = False
@@ -169,6 +171,7 @@ class BrokerService:
                 self.web_url_tls,
                 self.config.advertised_listeners,
                 internal_listener(self.config.advertised_listeners, self.config.internal_listener_name),
+                incarnation=uuid.uuid4().hex,
             )
             isolation = NamespaceIsolation(self.store, self.cluster)
             self.ownership = Ownership(self.store, me, bundles=self.bundles, isolation=isolation)
@@ -208,12 +211,27 @@ class BrokerService:
         own = self.ownership
         if own is None or note.kind != "delete" or note.path not in own.owned:
             return
-        own.owned.discard(note.path)
+        asyncio.get_running_loop().create_task(self._ownership_deleted(note.path))
+
+    async def _ownership_deleted(self, path: str) -> None:
+        """A delete of an owned bundle's key was seen: unload its topics, unless the key there now
+        is this process's own (the delete was of a previous run's key, which ``Ownership.acquire``
+        removed just before writing ours: unloading would drop a bundle we hold)."""
+        own = self.ownership
+        if own is None:
+            return
+        try:
+            found = await self.store.get(path)
+        except Exception:  # cannot tell whose it is: stop serving (the safe side)
+            found = None
+        if (found is not None and own.is_me(BrokerInfo.from_json(found.value))) or path not in own.owned:
+            return
+        own.owned.discard(path)
         for key in [
-            k for k in [*self.topics, *self.non_persistent.topics] if own.bundle_path(TopicName.parse(k)) == note.path
+            k for k in [*self.topics, *self.non_persistent.topics] if own.bundle_path(TopicName.parse(k)) == path
         ]:
-            log.warning("lost ownership of %s: unloading %s", note.path, key)
-            asyncio.get_running_loop().create_task(self.unload_topic(key))
+            log.warning("lost ownership of %s: unloading %s", path, key)
+            await self.unload_topic(key)
 
     # ------------------------------------------------------------------ lookup and ownership
     async def lookup(self, name: TopicName) -> tuple[str, bool]:
