@@ -39,12 +39,12 @@ import asyncio
 import heapq
 import logging
 import sqlite3
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from magnetar.managed_ledger import Position
+from magnetar.managed_ledger.clock import policy_time_ms
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,9 @@ Row = tuple[int, int, int]  # (deliver_at, ledger, entry)
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    """Epoch ms by the broker's guarded clock (``managed_ledger.clock``): a step of the wall clock
+    neither releases delayed messages early nor holds them back until it catches up."""
+    return policy_time_ms()
 
 
 class _Disk:

@@ -17,6 +17,11 @@ interval), ``totalMsgExpired`` and ``lastExpireTimestamp`` (ms; 0 before the fir
 so a time limit takes effect without waiting for the next roll-over or acknowledgement) and
 backlog quotas (``backlogQuotaCheckIntervalInSeconds``, ``backlog_quota.py``). Each uses the
 broker's ``clock`` (epoch seconds), so that a test can move time on.
+
+That clock is the guarded clock of ``managed_ledger.clock`` unless a test replaced it: it does not
+follow a step of the broker's wall clock. Set an hour ahead, a plain wall clock would make every
+unread message look an hour older and expire it at the next check (and trim retained ledgers, and
+evict by backlog age, an hour early); the guarded clock lets data age at the pace of real time.
 """
 
 from __future__ import annotations

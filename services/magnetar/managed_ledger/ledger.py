@@ -38,6 +38,7 @@ from typing import Any
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.read_handle import ReadHandle
 from magnetar.ledger.write_handle import WriteHandle
+from magnetar.managed_ledger.clock import policy_time
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.counts import LedgerCounts
 from magnetar.managed_ledger.cursor import ManagedCursor
@@ -194,7 +195,7 @@ class ManagedLedger:
                 int(rec["id"]),
                 int(rec.get("entries") or 0),
                 int(rec.get("size") or 0),
-                float(rec.get("closed_at") or time.time()),
+                float(rec.get("closed_at") or policy_time()),
             )
             if i == len(recorded) - 1:
                 # The last ledger may have been open when its writer died: recover and close it.
@@ -468,7 +469,7 @@ class ManagedLedger:
                     # is known, and the next owner's recovery settles the rest.
                     log.warning("closing ledger %s of %s failed: %s", old.ledger_id, self.name, exc)
                 self._infos[old.ledger_id].entries = old.last_add_confirmed + 1
-                self._infos[old.ledger_id].closed_at = time.time()
+                self._infos[old.ledger_id].closed_at = policy_time()
                 await self._store_counts(old.ledger_id)
             await self._create_ledger()
             self._ledger_failed = False
@@ -670,7 +671,7 @@ class ManagedLedger:
             [self._infos[lid] for lid in self._ids],
             current=self._current.ledger_id if self._current is not None else None,
             slowest=slowest,
-            now=time.time() if now is None else now,
+            now=policy_time() if now is None else now,
             retention_minutes=self.config.retention_minutes,
             retention_mb=self.config.retention_mb,
         )
@@ -743,7 +744,7 @@ class ManagedLedger:
             await self._current.close()
             lid = self._current.ledger_id
             self._infos[lid].entries = self._current.last_add_confirmed + 1
-            self._infos[lid].closed_at = time.time()
+            self._infos[lid].closed_at = policy_time()
             self._current = None
             try:
                 await self._store_counts(lid)
