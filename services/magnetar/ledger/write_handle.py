@@ -199,8 +199,14 @@ class WriteHandle:
             self._fail(exc)  # R11: a recovery has started; this writer is finished
             return
         except Exception as exc:  # anything else: treat the bookie as dead (R12)
-            if not pending.finished and self._error is None:
-                log.info("ledger %d: add of %d to %s failed: %r", self._ledger_id, pending.entry_id, bookie_id, exc)
+            # Even when the entry already reached Qa through the others (Qa < Qw): a bookie that
+            # times out or fails must leave the ensemble, as in BookKeeper, or a silent bookie would
+            # stay in it for good and every later entry would have one copy fewer, unreported
+            # (tests/faults/test_partitions.py, scenario d). The finished entry keeps its Qa copies.
+            # Not while closing: the close is writing the ledger's metadata.
+            if self._error is None and not self._closing and not self._closed:
+                if bookie_id not in self._failed_bookies:
+                    log.info("ledger %d: add of %d to %s failed: %r", self._ledger_id, pending.entry_id, bookie_id, exc)
                 self._bookie_failed(slot, bookie_id)
             return
         # Every confirmation counts, late ones too: a bookie whose confirmations always come after

@@ -25,7 +25,11 @@ Session loss. A broker that owns bundles through ephemeral keys must stop servin
 can no longer prove it holds its lease. ``session_lost`` is set (and ``on_session_lost``
 callbacks run) when a keepalive answers that the lease is gone, or when no keepalive has
 succeeded for a whole TTL (the lease may have expired while we could not reach etcd, or while the
-process was stopped). After that, ephemeral puts raise ``SessionLost``; plain keys keep working.
+process was stopped). The TTL counts from the send of the last keepalive that succeeded, which etcd
+received no earlier, so the session ends no later than etcd expires the lease; a keepalive still
+unanswered at that moment is abandoned, so a silent etcd (packets dropped, not refused) cannot
+stretch the session by a request timeout. After that, ephemeral puts raise ``SessionLost``;
+plain keys keep working.
 
 Failover between endpoints is the gateway's: a request that may have been applied (a
 compare-and-set, a delete) is not repeated on another endpoint but raises ``NotConnected``.
@@ -321,7 +325,12 @@ class EtcdMetadataStore:
                 return
             sent = time.monotonic()
             try:
-                ttl = await self._etcd().lease_keepalive(self._lease)
+                # No longer than the lease has left: a keepalive that hangs (etcd unreachable but
+                # not refusing, a dropped-packet partition) would otherwise keep this session
+                # "alive" for up to the request timeout after etcd expired the lease and let
+                # another broker take our bundles (tests/faults/test_partitions.py, scenario a).
+                async with asyncio.timeout(max(deadline - sent, 0.0)):
+                    ttl = await self._etcd().lease_keepalive(self._lease)
             except (MagnetarError, aiohttp.ClientError, TimeoutError) as exc:
                 log.warning("lease %x keepalive failed: %s", self._lease, exc)
                 delay = min(interval, max(0.0, deadline - time.monotonic()) / 3, 0.5)
