@@ -31,6 +31,7 @@ from tests.support.cluster import LocalCluster
 from tests.support.polling import wait_for
 from tests.support.standalone import StandaloneProcess
 
+from magnetar.bookie.storage import ENTRY_HEAD
 from magnetar.bookie.tcp_client import TcpBookieClient
 from magnetar.client import aio
 from magnetar.jobs.admin_client import AdminClient
@@ -353,7 +354,7 @@ def _edit_entry(cluster: LocalCluster, bookie_id: str, ledger_id: int, entry_id:
     ``fix_crc`` rewrite the bookie's stored CRC to match, so only the entry's payload CRC can tell."""
     data_dir = cluster.bookie(bookie_id).data_dir
     assert data_dir is not None
-    env = lmdb.open(str(data_dir / "ledgers"), map_size=1 << 40, max_dbs=2, subdir=True)
+    env = lmdb.open(str(data_dir / "ledgers"), map_size=1 << 40, max_dbs=3, subdir=True)
     try:
         entries = env.open_db(b"entries")
         key = struct.pack(">QQ", ledger_id, entry_id)
@@ -361,11 +362,13 @@ def _edit_entry(cluster: LocalCluster, bookie_id: str, ledger_id: int, entry_id:
             stored = txn.get(key)
             assert stored is not None, f"{bookie_id} has no copy of {ledger_id}:{entry_id}"
             value = bytes(stored)
-            data = bytearray(value[4:])
+            # Storage format 2 (STORAGE.md): CRC32C of the data, the key check, then the data.
+            data = bytearray(value[ENTRY_HEAD.size :])
             original = bytes(data)
             data[-1] ^= 0xFF
-            crc = crc32c(bytes(data)) if fix_crc else struct.unpack(">I", value[:4])[0]
-            txn.put(key, struct.pack(">I", crc) + bytes(data))
+            crc = crc32c(bytes(data)) if fix_crc else ENTRY_HEAD.unpack_from(value)[0]
+            # A forgery that keeps the bookie's own checks happy: the CRC and the key check agree.
+            txn.put(key, ENTRY_HEAD.pack(crc, crc32c(key + struct.pack(">I", crc))) + bytes(data))
     finally:
         env.close()
     return original

@@ -39,12 +39,20 @@ class BoundBookieMetrics:
     auditor_leader: Any
     rereplicated_entries: Any
     rereplicated_ledgers: Any
+    scrub_entries: Any = None
+    scrub_corrupt: Any = None
+    scrub_damaged: Any = None
+    scrub_repaired: Any = None
+    scrub_runs: Any = None
 
     def add_failed(self, code: str) -> None:
         self.add_failures.labels(self.bookie_id, code).inc()
 
     def read_failed(self, code: str) -> None:
         self.read_failures.labels(self.bookie_id, code).inc()
+
+    def scrub_found(self, kind: str, count: int = 1) -> None:
+        self.scrub_corrupt.labels(self.bookie_id, kind).inc(count)
 
     def lead_audits(self, count: int) -> None:
         """This bookie's auditor is the elected one: it reports the cluster's count."""
@@ -129,6 +137,35 @@ class BookieMetrics:
             registry=registry,
         )
 
+        self.scrub_entries = Counter(
+            "magnetar_bookie_scrub_entries",
+            "Entries whose stored checksums the scrubber verified",
+            label,
+            registry=registry,
+        )
+        self.scrub_corrupt = Counter(
+            "magnetar_bookie_scrub_corrupt",
+            "Damage the scrubber found: kind=entry (checksum), state (ledger state), missing (index lost a key), "
+            "stale (a damaged copy the metadata no longer points to)",
+            [*label, "kind"],
+            registry=registry,
+        )
+        self.scrub_damaged = Gauge(
+            "magnetar_bookie_scrub_damaged_entries",
+            "Entries known damaged on this bookie and not yet overwritten by a repair",
+            label,
+            registry=registry,
+        )
+        self.scrub_repaired = Counter(
+            "magnetar_bookie_scrub_repaired",
+            "Damaged entries (or ledger states) of this bookie overwritten by a good copy",
+            label,
+            registry=registry,
+        )
+        self.scrub_runs = Counter(
+            "magnetar_bookie_scrub_runs", "Complete scrubber passes over the bookie's storage", label, registry=registry
+        )
+
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None = None) -> BookieMetrics:
         registry = REGISTRY if registry is None else registry
@@ -155,4 +192,9 @@ class BookieMetrics:
             auditor_leader=self.auditor_leader,
             rereplicated_entries=self.rereplicated_entries.labels(bookie_id),
             rereplicated_ledgers=self.rereplicated_ledgers.labels(bookie_id),
+            scrub_entries=self.scrub_entries.labels(bookie_id),
+            scrub_corrupt=self.scrub_corrupt,
+            scrub_damaged=self.scrub_damaged.labels(bookie_id),
+            scrub_repaired=self.scrub_repaired.labels(bookie_id),
+            scrub_runs=self.scrub_runs.labels(bookie_id),
         )

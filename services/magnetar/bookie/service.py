@@ -7,8 +7,13 @@ in reverse: deregister first (no new ensembles pick this bookie), then close con
 let the writer thread finish every queued add before the environment closes.
 
 A background task re-checks disk usage every ``disk_check_interval`` seconds (adds also check,
-at most once a second) and republishes the registration when the bookie enters or leaves
-read-only mode.
+at most once a second, and a commit that hits ENOSPC turns the bookie read-only at once), and the
+registration is republished as soon as the storage enters or leaves read-only mode.
+
+``scrub_interval`` > 0 runs the scrubber (``scrub.py``): a periodic checksum walk whose findings are
+repaired through auto-recovery. If the storage finds its index broken, the service deregisters and
+stops serving (the storage refuses every call and the next start), so the cluster treats the
+bookie as lost and re-replicates its ledgers.
 
 Auto-recovery (``autorecovery``, on by default when there is a metadata store): every bookie
 process runs an auditor candidate (``autorecovery/auditor.py``; one is elected cluster-wide) and a
@@ -25,8 +30,10 @@ import contextlib
 import logging
 import os
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -43,6 +50,7 @@ from magnetar.bookie.cookie import Cookie, read_local_cookie, verify_cookie
 from magnetar.bookie.local_client import LocalBookieClient
 from magnetar.bookie.metrics import BookieMetrics
 from magnetar.bookie.resolver import MetadataBookieResolver
+from magnetar.bookie.scrub import Scrubber, verify_before_serving
 from magnetar.bookie.server import BookieServer
 from magnetar.bookie.storage import BookieStorage
 from magnetar.metadata.store import MetadataStore
@@ -85,6 +93,7 @@ class BookieService:
         autorecovery_options: AutoRecoveryOptions | None = None,
         security: BookieSecurity | None = None,
         client_security: BookieClientSecurity | None = None,
+        scrub_interval: float = 0.0,
     ) -> None:
         """``security``: who may use this bookie and TLS on its port (bookie/auth.py);
         ``client_security``: what autorecovery sends to the other bookies (its own credentials)."""
@@ -119,6 +128,9 @@ class BookieService:
         self.auditor: Auditor | None = None
         self.replication: ReplicationWorker | None = None
         self._resolver: MetadataBookieResolver | None = None
+        self.scrub_interval = scrub_interval
+        self.scrubber: Scrubber | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def storage(self) -> BookieStorage:
@@ -144,6 +156,12 @@ class BookieService:
             readonly_threshold=self.readonly_threshold,
             metrics=self._metrics,
         )
+        if self.scrub_interval > 0 and self._storage.unclean:
+            try:
+                await verify_before_serving(self._storage)  # a crash may have been the index's doing
+            except BaseException:
+                await self._storage.close()
+                raise
         self._server = BookieServer(
             self._storage,
             bookie_id=self.bookie_id,
@@ -160,7 +178,14 @@ class BookieService:
         except BaseException:
             await self._storage.close()
             raise
+        self._storage.mode_listener = lambda _read_only: self._in_background(self.check_disk())
+        self._storage.failure_listener = lambda reason: self._in_background(self._stop_serving(reason))
         self._disk_task = asyncio.get_running_loop().create_task(self._watch_disk())
+        if self.scrub_interval > 0:
+            self.scrubber = Scrubber(
+                self._storage, self.bookie_id, interval=self.scrub_interval, store=self.store, metrics=self._metrics
+            )
+            await self.scrubber.start()
         if self.autorecovery and self.store is not None:
             await self._start_autorecovery(self.store)
 
@@ -197,6 +222,20 @@ class BookieService:
             await self._resolver.close()
             self._resolver = None
 
+    def _in_background(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _stop_serving(self, reason: str) -> None:
+        """The storage is corrupt: deregister and close the server, so nobody reads from it and
+        the auditor re-replicates its ledgers after the grace period."""
+        log.critical("bookie %s: storage is corrupt (%s); no longer serving", self.bookie_id, reason)
+        await self._stop_autorecovery()
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop()
+
     async def _watch_disk(self) -> None:
         while True:
             await asyncio.sleep(self._disk_check_interval)  # a timer, not a wait for an event
@@ -217,6 +256,9 @@ class BookieService:
         return now
 
     async def stop(self) -> None:
+        if self.scrubber is not None:
+            await self.scrubber.stop()
+            self.scrubber = None
         await self._stop_autorecovery()
         if self._disk_task is not None:
             self._disk_task.cancel()

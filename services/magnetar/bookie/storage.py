@@ -3,8 +3,11 @@
 Layout (one LMDB environment in the data directory; ``STORAGE.md`` has the full story):
 
 - named DB ``entries``: key ``struct '>QQ' (ledger_id, entry_id)`` (big-endian, so one ledger's
-  entries are contiguous and in entry order), value ``4-byte big-endian CRC32C + data``.
-- named DB ``ledgers``: key ``struct '>Q' ledger_id``, value ``struct '>?q' (fenced, lac)``.
+  entries are contiguous and in entry order), value ``CRC32C(data) + CRC32C(key + that CRC) + data``
+  (format 2; format 1, kept for environments created before, has no key check).
+- named DB ``ledgers``: key ``struct '>Q' ledger_id``, value ``struct '>?qI' (fenced, lac, CRC32C of
+  key + the first 9 bytes)`` (format 1: ``'>?q'``, no CRC).
+- named DB ``meta``: ``format`` -> the format number above.
 
 Group commit. An fsync costs ~2 ms here whatever the transaction holds, so one fsync per add
 would cap a bookie at ~500 adds/s. Instead every write (add, fence, delete) is queued to ONE
@@ -17,7 +20,14 @@ such as "is this ledger fenced" need no locks.
 
 The CRC is checked on the loop before queueing, so a corrupt add never reaches the disk, and
 again on every read, so that rot on disk (LMDB does not checksum its pages) surfaces as
-``ChecksumError`` instead of as bad data.
+``ChecksumError`` instead of as bad data. The key check binds each value to its key, so a damaged
+index that finds the value of another entry (a flipped bit in a key) is caught as well; the ledger
+state carries its own CRC. Damage found on a read is reported to ``damage_listener`` (the scrubber,
+``scrub.py``, which also walks everything periodically). An LMDB error that says the B-tree itself
+is broken (``MDB_CORRUPTED``, a missing page, a panic) fails the storage for good: every later call
+raises ``PersistenceError``, a ``CORRUPT`` file is left in the data directory, and opening the
+directory again raises ``StorageCorrupt`` (the bookie refuses to start rather than serve from a
+broken index; its ledgers are re-replicated from the other bookies as for a lost one).
 
 Reads run inline on the event loop: an LMDB read of a cached page is a few microseconds, less
 than a hop to a thread pool. A cold read page-faults on the loop; a bookie serving mostly tailing
@@ -28,12 +38,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import os
 import shutil
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +69,22 @@ from magnetar.protocol.errors import (
 ENTRY_KEY = struct.Struct(">QQ")
 LEDGER_KEY = struct.Struct(">Q")
 LEDGER_STATE = struct.Struct(">?q")
+LEDGER_STATE_V2 = struct.Struct(">?qI")
 CRC = struct.Struct(">I")
+ENTRY_HEAD = struct.Struct(">II")  # format 2: CRC32C(data), CRC32C(key + packed CRC)
+FORMAT = 2
+FORMAT_KEY = b"format"
+CORRUPT_FILE = "CORRUPT"
+OPEN_FILE = "OPEN"  # present while a storage has the directory open: left behind by a crash
+# LMDB errors that mean the file is damaged (not a transient condition): the storage stops serving.
+# MDB_BAD_TXN is among them: it is what a read or write on a damaged page reports here (seen in
+# tests/faults/test_bitflips.py's control run), and a fresh transaction never gets it otherwise.
+_CORRUPTION: tuple[type[BaseException], ...] = (
+    lmdb.CorruptedError,
+    lmdb.PageNotFoundError,
+    lmdb.PanicError,
+    lmdb.BadTxnError,
+)
 DEFAULT_MAP_SIZE = 1 << 40  # 1 TiB of address space; LMDB's file grows only as data is written
 _U64_MAX = (1 << 64) - 1
 
@@ -73,15 +100,36 @@ class DiskUsage:
         return self.fs_used / self.fs_total if self.fs_total else 0.0
 
 
+class StorageCorrupt(RuntimeError):
+    """The data directory holds a damaged LMDB environment (found earlier, or now): the bookie
+    must not serve from it. Wipe the directory and start with ``--reprovision``; the cluster
+    re-replicates its ledgers from the other bookies meanwhile."""
+
+
 @dataclass(slots=True)
 class _LedgerState:
     fenced: bool
     lac: int
+    corrupt: bool = False  # the stored record failed its CRC: read as fenced with an unknown LAC
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What one walk over every stored value found (``BookieStorage.verify_all``)."""
+
+    entries: int  # entry values checked
+    ledgers: int  # ledger states checked
+    damaged_entries: list[tuple[int, int]] = field(default_factory=list)
+    damaged_states: list[int] = field(default_factory=list)
+
+
+def _key_check(key: bytes, crc: int) -> int:
+    return crc32c(key + CRC.pack(crc))
 
 
 @dataclass(slots=True)
 class _Op:
-    kind: str  # "add" | "fence" | "delete" | "stop"
+    kind: str  # "add" | "fence" | "delete" | "restore" | "stop"
     ledger: int
     entry: int = 0
     value: bytes = b""
@@ -114,11 +162,35 @@ class BookieStorage:
     ) -> None:
         self._dir = Path(data_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
+        corrupt = self._dir / CORRUPT_FILE
+        if corrupt.exists():
+            raise StorageCorrupt(
+                f"bookie storage in {self._dir} was found corrupt ({corrupt.read_text().strip()}); it will not "
+                "serve from it: wipe the data directory and start with --reprovision (the other bookies hold "
+                "the replicas)"
+            )
         self._env = lmdb.open(
-            str(self._dir / "ledgers"), map_size=map_size, max_dbs=2, sync=sync, metasync=sync, subdir=True
+            str(self._dir / "ledgers"), map_size=map_size, max_dbs=3, sync=sync, metasync=sync, subdir=True
         )
+        #: The previous process did not close this directory (it crashed or was killed).
+        self.unclean = (self._dir / OPEN_FILE).exists()
+        (self._dir / OPEN_FILE).touch()
         self._entries = self._env.open_db(b"entries")
         self._ledgers = self._env.open_db(b"ledgers")
+        self._meta = self._env.open_db(b"meta")
+        self.format = self._open_format()
+        #: Called on the loop with ``(ledger, entry)`` (entry -1: the ledger's state) when a read finds damage.
+        self.damage_listener: Callable[[int, int], None] | None = None
+        #: Called on the loop with the reason when the storage fails for good (a broken index).
+        self.failure_listener: Callable[[str], None] | None = None
+        #: Called on the loop with the new read-only flag whenever it changes.
+        self.mode_listener: Callable[[bool], None] | None = None
+        self.failed: str | None = None
+        self._damaged: set[tuple[int, int]] = set()  # known damaged, not yet overwritten
+        self._full_used: int | None = None  # fs bytes in use when a commit hit ENOSPC
+        self._full_margin = 0
+        self._mode_dirty = False
+        self._pending_failure: str | None = None
         self._metrics = metrics
         self._max_ops = max_batch_ops
         self._max_bytes = max_batch_bytes
@@ -140,6 +212,91 @@ class BookieStorage:
     def data_dir(self) -> Path:
         return self._dir
 
+    def _open_format(self) -> int:
+        """Format 2 for a new environment; an existing one keeps the format it was created with."""
+        with self._env.begin(write=True) as txn:
+            found = txn.get(FORMAT_KEY, db=self._meta)
+            if found is not None:
+                return int(bytes(found))
+            empty = txn.stat(self._entries)["entries"] == 0 and txn.stat(self._ledgers)["entries"] == 0
+            fmt = FORMAT if empty else 1
+            txn.put(FORMAT_KEY, str(fmt).encode(), db=self._meta)
+            return fmt
+
+    # --- value formats
+
+    def _encode_entry(self, key: bytes, crc: int, data: bytes) -> bytes:
+        if self.format >= 2:
+            return ENTRY_HEAD.pack(crc, _key_check(key, crc)) + data
+        return CRC.pack(crc) + data
+
+    def _decode_entry(self, key: bytes, raw: Any, ledger: int, entry: int) -> tuple[int, bytes]:
+        return _decode_entry(self.format, key, raw, ledger, entry)
+
+    def _encode_state(self, key: bytes, st: _LedgerState) -> bytes:
+        packed = LEDGER_STATE.pack(st.fenced, st.lac)
+        if self.format >= 2:
+            return packed + CRC.pack(crc32c(key + packed))
+        return packed
+
+    def _decode_state(self, key: bytes, raw: Any) -> _LedgerState:
+        return _decode_state(self.format, key, raw)
+
+    # --- damage and failure
+
+    def _report_damage(self, ledger: int, entry: int) -> None:
+        self._damaged.add((ledger, entry))
+        if self._metrics is not None:
+            self._metrics.scrub_damaged.set(len(self._damaged))
+        if self.damage_listener is not None:
+            self.damage_listener(ledger, entry)
+
+    @property
+    def damaged(self) -> set[tuple[int, int]]:
+        """Damage found (by reads or ``verify_all``) and not yet overwritten by a repair."""
+        return set(self._damaged)
+
+    def note_damaged(self, found: list[tuple[int, int]]) -> None:
+        """What a full walk found damaged and still needing repair: replaces what was known
+        (damage since repaired, or found stale, drops out), so that its repair is counted when it
+        lands and the gauge shows what is left."""
+        self._damaged = set(found)
+        if self._metrics is not None:
+            self._metrics.scrub_damaged.set(len(self._damaged))
+
+    def _no_room_for(self, batch: list[_Op]) -> bool:
+        """Whether the filesystem lacks the room a failed batch needed. LMDB reports a write that
+        the full disk cut short as EIO ("Input/output error"), not ENOSPC: the free space tells."""
+        try:
+            free = shutil.disk_usage(self._dir).free
+        except OSError:
+            return False
+        return free < 2 * sum(len(op.value) for op in batch) + (1 << 20)
+
+    def note_repaired_state(self, ledger: int) -> None:
+        """A damaged ledger state was rewritten (``restore_state``)."""
+        self._damaged.discard((ledger, -1))
+        if self._metrics is not None:
+            self._metrics.scrub_repaired.inc()
+            self._metrics.scrub_damaged.set(len(self._damaged))
+
+    def fail(self, reason: str) -> None:
+        """Stop serving for good: the index is broken. Leaves ``CORRUPT`` so a restart refuses."""
+        if self.failed is not None:
+            return
+        self.failed = reason
+        try:
+            (self._dir / CORRUPT_FILE).write_text(reason + "\n")
+        except OSError:  # the disk may be what is failing; the in-memory flag still holds
+            pass
+        if self.failure_listener is not None:
+            self.failure_listener(reason)
+
+    def _lmdb_failed(self, exc: BaseException, what: str) -> PersistenceError:
+        reason = f"LMDB reported damage during {what}: {exc!r}"
+        self.fail(reason)
+        return PersistenceError(f"bookie storage is corrupt: {reason}")
+
     # --- disk usage and read-only mode
 
     def disk_usage(self) -> DiskUsage:
@@ -152,13 +309,27 @@ class BookieStorage:
         """Re-evaluate read-only mode (at most once per ``disk_check_interval`` unless forced)
         and return it. The bookie leaves read-only mode by itself once space is freed."""
         now = time.monotonic()
-        if self._readonly_threshold is None or (not force and now - self._last_disk_check < self._disk_check_interval):
+        if self._full_used is None and (
+            self._readonly_threshold is None or (not force and now - self._last_disk_check < self._disk_check_interval)
+        ):
+            return self._read_only
+        if not force and now - self._last_disk_check < self._disk_check_interval:
             return self._read_only
         self._last_disk_check = now
-        self._read_only = self.disk_usage().fraction >= self._readonly_threshold
-        if self._metrics is not None:
-            self._metrics.read_only.set(1 if self._read_only else 0)
+        usage = self.disk_usage()
+        if self._full_used is not None and usage.fs_used <= self._full_used - self._full_margin:
+            self._full_used = None  # space was freed since a commit hit ENOSPC
+        over = self._readonly_threshold is not None and usage.fraction >= self._readonly_threshold
+        self._set_read_only(over or self._full_used is not None)
         return self._read_only
+
+    def _set_read_only(self, value: bool) -> None:
+        changed = value != self._read_only
+        self._read_only = value
+        if self._metrics is not None:
+            self._metrics.read_only.set(1 if value else 0)
+        if changed and self.mode_listener is not None:
+            self.mode_listener(value)
 
     @property
     def read_only(self) -> bool:
@@ -172,8 +343,8 @@ class BookieStorage:
     @readonly_threshold.setter
     def readonly_threshold(self, value: float | None) -> None:
         self._readonly_threshold = value
-        if value is None:
-            self._read_only = False
+        if value is None and self._full_used is None:
+            self._set_read_only(False)
         self.check_disk(force=True)
 
     # --- writes (queued to the group-commit thread)
@@ -185,6 +356,8 @@ class BookieStorage:
         with self._cond:
             if self._closed:
                 raise AlreadyClosed("bookie storage is closed")
+            if self.failed is not None:
+                raise PersistenceError(f"bookie storage is corrupt: {self.failed}")
             self._queue.append(op)
             self._cond.notify()
         return fut
@@ -205,7 +378,8 @@ class BookieStorage:
             if self._metrics is not None:
                 self._metrics.add_failed(str(exc.code))
             raise
-        return self._submit(_Op("add", ledger, entry, CRC.pack(crc) + bytes(data), lac, recovery))
+        key = ENTRY_KEY.pack(ledger, entry)
+        return self._submit(_Op("add", ledger, entry, self._encode_entry(key, crc, bytes(data)), lac, recovery))
 
     async def add(self, ledger: int, entry: int, data: bytes, crc: int, lac: int, recovery: bool = False) -> None:
         await self.add_nowait(ledger, entry, data, crc, lac, recovery=recovery)
@@ -228,6 +402,14 @@ class BookieStorage:
 
     async def delete_ledger(self, ledger: int) -> None:
         await self.delete_ledger_nowait(ledger)
+
+    async def restore_state(self, ledger: int, fenced: bool, lac: int) -> bool:
+        """Rewrite a ledger state that fails its CRC with ``(fenced, lac)`` (the scrubber derives them
+        from the ledger's metadata). Applied in the writer's queue order and only while the stored
+        record is still damaged, so a fence or recovery add that rewrote it meanwhile wins.
+        Returns whether it rewrote anything."""
+        _check_ids(ledger)
+        return bool(await self._submit(_Op("restore", ledger, lac=lac, recovery=fenced)))
 
     # --- the writer thread
 
@@ -252,8 +434,9 @@ class BookieStorage:
 
     def _state(self, txn: Any, ledger: int, states: dict[int, _LedgerState | None]) -> _LedgerState | None:
         if ledger not in states:
-            raw = txn.get(LEDGER_KEY.pack(ledger), db=self._ledgers)
-            states[ledger] = _LedgerState(*LEDGER_STATE.unpack(raw)) if raw is not None else None
+            key = LEDGER_KEY.pack(ledger)
+            raw = txn.get(key, db=self._ledgers)
+            states[ledger] = self._decode_state(key, raw) if raw is not None else None
         return states[ledger]
 
     def _apply(self, txn: Any, op: _Op, states: dict[int, _LedgerState | None], dirty: set[int]) -> Any:
@@ -269,15 +452,23 @@ class BookieStorage:
             states[op.ledger] = None
             dirty.discard(op.ledger)
             return None
+        if op.kind == "restore":
+            if state is None or not state.corrupt:
+                return False
+            states[op.ledger] = _LedgerState(op.recovery, op.lac)
+            dirty.add(op.ledger)
+            return True
         if state is None:
             state = states[op.ledger] = _LedgerState(False, NO_ENTRY)
         if op.kind == "fence":
+            state.corrupt = False
             state.fenced = True
             dirty.add(op.ledger)
             return state.lac
         if state.fenced and not op.recovery:
             raise LedgerFenced(f"ledger {op.ledger} is fenced")
         txn.put(ENTRY_KEY.pack(op.ledger, op.entry), op.value, db=self._entries)
+        state.corrupt = False  # rewritten below (fenced, since a damaged record reads as fenced)
         if op.lac > state.lac:
             state.lac = op.lac
         dirty.add(op.ledger)
@@ -298,10 +489,18 @@ class BookieStorage:
                 for ledger in dirty:
                     st = states[ledger]
                     assert st is not None
-                    txn.put(LEDGER_KEY.pack(ledger), LEDGER_STATE.pack(st.fenced, st.lac), db=self._ledgers)
+                    key = LEDGER_KEY.pack(ledger)
+                    txn.put(key, self._encode_state(key, st), db=self._ledgers)
         except Exception as commit_error:  # the commit failed (disk full, I/O error): nothing is durable
             failure = PersistenceError(f"bookie write transaction failed: {commit_error}")
             outcomes = [(None, failure)] * len(batch)
+            if isinstance(commit_error, _CORRUPTION):
+                self._pending_failure = f"LMDB reported damage during a commit: {commit_error!r}"
+            elif _is_enospc(commit_error) or self._no_room_for(batch):
+                # The disk filled faster than the threshold check: refuse adds until space is freed.
+                self._full_used = self.disk_usage().fs_used
+                self._full_margin = max(sum(len(op.value) for op in batch), 1 << 20)
+                self._mode_dirty = True
         self.commits += 1
         self.ops_committed += len(batch)
         if self._metrics is not None:
@@ -320,12 +519,23 @@ class BookieStorage:
     def _resolve(self, items: list[tuple[_Op, Any, BaseException | None]]) -> None:
         m = self._metrics
         now = asyncio.get_running_loop().time()
+        if self._pending_failure is not None:
+            self.fail(self._pending_failure)
+        if self._mode_dirty:
+            self._mode_dirty = False
+            self._last_disk_check = float("-inf")
+            self.check_disk(force=True)
         for op, result, exc in items:
             fut = op.future
+            if op.kind == "add" and exc is None and (op.ledger, op.entry) in self._damaged:
+                self._damaged.discard((op.ledger, op.entry))  # a repair overwrote the damaged copy
+                if m is not None:
+                    m.scrub_repaired.inc()
+                    m.scrub_damaged.set(len(self._damaged))
             if m is not None and op.kind == "add":
                 if exc is None:
                     m.adds.inc()
-                    m.add_bytes.inc(len(op.value) - CRC.size)
+                    m.add_bytes.inc(len(op.value) - (ENTRY_HEAD.size if self.format >= 2 else CRC.size))
                     m.add_latency.observe(now - op.started)
                 else:
                     m.add_failed(str(getattr(exc, "code", "UnknownError")))
@@ -339,33 +549,41 @@ class BookieStorage:
     # --- reads (inline)
 
     def _read_ledger_state(self, txn: Any, ledger: int) -> _LedgerState | None:
-        raw = txn.get(LEDGER_KEY.pack(ledger), db=self._ledgers)
-        return _LedgerState(*LEDGER_STATE.unpack(raw)) if raw is not None else None
+        key = LEDGER_KEY.pack(ledger)
+        raw = txn.get(key, db=self._ledgers)
+        return self._decode_state(key, raw) if raw is not None else None
 
     def read_sync(self, ledger: int, entry: int) -> ReadResult:
         self._check_open()
         _check_ids(ledger, entry)
-        with self._env.begin() as txn:
-            raw = txn.get(ENTRY_KEY.pack(ledger, entry), db=self._entries)
-            state = self._read_ledger_state(txn, ledger)
+        key = ENTRY_KEY.pack(ledger, entry)
+        try:
+            with self._env.begin() as txn:
+                raw = txn.get(key, db=self._entries)
+                raw = bytes(raw) if raw is not None else None
+                state = self._read_ledger_state(txn, ledger)
+        except _CORRUPTION as exc:
+            raise self._lmdb_failed(exc, f"a read of {ledger}:{entry}") from exc
         try:
             if raw is None:
                 if state is None:
                     raise NoSuchLedger(f"ledger {ledger} is not on this bookie")
                 raise NoSuchEntry(f"entry {ledger}:{entry} is not on this bookie")
-            if len(raw) < CRC.size:
-                raise ChecksumError(f"entry {ledger}:{entry} is truncated ({len(raw)} bytes)")
-            (crc,) = CRC.unpack_from(raw)
-            data = bytes(raw[CRC.size :])
-            if crc32c(data) != crc:
-                raise ChecksumError(f"entry {ledger}:{entry} is corrupt on disk (CRC32C mismatch)")
+            try:
+                crc, data = self._decode_entry(key, raw, ledger, entry)
+            except ChecksumError:
+                self._report_damage(ledger, entry)
+                raise
         except MagnetarError as exc:
             if self._metrics is not None:
                 self._metrics.read_failed(str(exc.code))
             raise
+        if state is not None and state.corrupt:
+            self._report_damage(ledger, -1)
         if self._metrics is not None:
             self._metrics.reads.inc()
             self._metrics.read_bytes.inc(len(data))
+        # A damaged state reads as LAC unknown: NO_ENTRY is a safe lower bound of the writer's.
         return ReadResult(data, crc, state.lac if state is not None else NO_ENTRY)
 
     async def read(self, ledger: int, entry: int) -> ReadResult:
@@ -374,16 +592,23 @@ class BookieStorage:
     def read_lac_sync(self, ledger: int) -> int:
         self._check_open()
         _check_ids(ledger)
-        with self._env.begin() as txn:
-            state = self._read_ledger_state(txn, ledger)
+        try:
+            with self._env.begin() as txn:
+                state = self._read_ledger_state(txn, ledger)
+        except _CORRUPTION as exc:
+            raise self._lmdb_failed(exc, f"a LAC read of {ledger}") from exc
         if state is None:
             raise NoSuchLedger(f"ledger {ledger} is not on this bookie")
+        if state.corrupt:
+            self._report_damage(ledger, -1)
+            raise ChecksumError(f"the state of ledger {ledger} is corrupt on disk")
         return state.lac
 
     async def read_lac(self, ledger: int) -> int:
         return self.read_lac_sync(ledger)
 
     async def is_fenced(self, ledger: int) -> bool:
+        """A damaged state reads as fenced (the safe answer)."""
         self._check_open()
         with self._env.begin() as txn:
             state = self._read_ledger_state(txn, ledger)
@@ -414,9 +639,41 @@ class BookieStorage:
             cursor = txn.cursor(db=self._ledgers)
             return [LEDGER_KEY.unpack(k)[0] for k in cursor.iternext(keys=True, values=False)]
 
+    def entry_ids(self, ledger: int, first: int = 0, last: int = _U64_MAX) -> list[int]:
+        """The entry ids stored for ``ledger`` in ``first..last`` (the scrubber compares them with
+        what the ledger's metadata says this bookie holds: a damaged index can lose keys)."""
+        self._check_open()
+        out: list[int] = []
+        try:
+            with self._env.begin() as txn:
+                cursor = txn.cursor(db=self._entries)
+                if cursor.set_range(ENTRY_KEY.pack(ledger, first)):
+                    for key in cursor.iternext(keys=True, values=False):
+                        led, ent = ENTRY_KEY.unpack(key)
+                        if led != ledger or ent > last:
+                            break
+                        out.append(int(ent))
+        except _CORRUPTION as exc:
+            raise self._lmdb_failed(exc, f"a listing of ledger {ledger}") from exc
+        return out
+
+    def verify_all(self) -> VerifyReport:
+        """Walk every entry and ledger state and check them (blocking: call it in a thread). A
+        broken B-tree fails the storage (see the module docstring) and raises ``PersistenceError``.
+        LMDB may also abort the process on some damage: ``verify_directory`` in a child process
+        (what the scrubber uses) survives that."""
+        self._check_open()
+        try:
+            with self._env.begin() as txn:
+                return _walk(txn, self._entries, self._ledgers, self.format)
+        except _CORRUPTION as exc:
+            raise self._lmdb_failed(exc, "a scrub") from exc
+
     def _check_open(self) -> None:
         if self._closed:
             raise AlreadyClosed("bookie storage is closed")
+        if self.failed is not None:
+            raise PersistenceError(f"bookie storage is corrupt: {self.failed}")
 
     async def close(self) -> None:
         """Finish every queued write, stop the writer thread and close the environment."""
@@ -428,3 +685,83 @@ class BookieStorage:
             self._cond.notify()
         await asyncio.to_thread(self._thread.join)
         self._env.close()
+        (self._dir / OPEN_FILE).unlink(missing_ok=True)
+
+
+def _is_enospc(exc: BaseException) -> bool:
+    """Whether a failed commit says it ran out of disk space (lmdb puts strerror in its message)."""
+    text = str(exc)
+    return getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in text or "ENOSPC" in text
+
+
+def _decode_entry(fmt: int, key: bytes, raw: Any, ledger: int, entry: int) -> tuple[int, bytes]:
+    """``(crc, data)`` of a stored value, or ``ChecksumError`` if it is damaged in any way."""
+    head = ENTRY_HEAD.size if fmt >= 2 else CRC.size
+    if len(raw) < head:
+        raise ChecksumError(f"entry {ledger}:{entry} is truncated ({len(raw)} bytes)")
+    (crc,) = CRC.unpack_from(raw)
+    if fmt >= 2 and ENTRY_HEAD.unpack_from(raw)[1] != _key_check(key, crc):
+        raise ChecksumError(f"entry {ledger}:{entry} is corrupt on disk (key check mismatch)")
+    data = bytes(raw[head:])
+    if crc32c(data) != crc:
+        raise ChecksumError(f"entry {ledger}:{entry} is corrupt on disk (CRC32C mismatch)")
+    return crc, data
+
+
+def _decode_state(fmt: int, key: bytes, raw: Any) -> _LedgerState:
+    """The state, or one marked ``corrupt`` (fenced, LAC unknown) if it fails its check."""
+    raw = bytes(raw)
+    if fmt >= 2:
+        if len(raw) != LEDGER_STATE_V2.size:
+            return _LedgerState(True, NO_ENTRY, corrupt=True)
+        if crc32c(key + raw[: LEDGER_STATE.size]) != CRC.unpack_from(raw, LEDGER_STATE.size)[0]:
+            return _LedgerState(True, NO_ENTRY, corrupt=True)
+    elif len(raw) != LEDGER_STATE.size:
+        return _LedgerState(True, NO_ENTRY, corrupt=True)
+    fenced, lac = LEDGER_STATE.unpack_from(raw)
+    if raw[0] not in (0, 1):
+        return _LedgerState(True, NO_ENTRY, corrupt=True)
+    return _LedgerState(bool(fenced), int(lac))
+
+
+def _walk(txn: Any, entries_db: Any, ledgers_db: Any, fmt: int) -> VerifyReport:
+    damaged_entries: list[tuple[int, int]] = []
+    damaged_states: list[int] = []
+    entries = states = 0
+    for key, raw in txn.cursor(db=entries_db).iternext():
+        key = bytes(key)
+        entries += 1
+        if len(key) != ENTRY_KEY.size:
+            continue  # not ours to judge; cannot name an entry either
+        ledger, entry = ENTRY_KEY.unpack(key)
+        try:
+            _decode_entry(fmt, key, raw, ledger, entry)
+        except ChecksumError:
+            damaged_entries.append((int(ledger), int(entry)))
+    for key, raw in txn.cursor(db=ledgers_db).iternext():
+        key = bytes(key)
+        states += 1
+        if len(key) == LEDGER_KEY.size and _decode_state(fmt, key, raw).corrupt:
+            damaged_states.append(int(LEDGER_KEY.unpack(key)[0]))
+    return VerifyReport(entries, states, damaged_entries, damaged_states)
+
+
+def verify_directory(data_dir: str | os.PathLike[str]) -> VerifyReport:
+    """``verify_all`` on a data directory opened read-only (another process may have it open):
+    the scrubber runs this in a child process, because LMDB answers some damage to its pages by
+    aborting the process (an assertion in ``mdb.c``) rather than with ``MDB_CORRUPTED``. Raises
+    the LMDB error if it reports damage."""
+    env = lmdb.open(str(Path(data_dir) / "ledgers"), readonly=True, max_dbs=3, subdir=True, lock=True)
+    try:
+        with env.begin() as txn:
+            try:
+                meta = env.open_db(b"meta", txn=txn, create=False)
+                found = txn.get(FORMAT_KEY, db=meta)
+            except lmdb.NotFoundError:
+                found = None
+            fmt = int(bytes(found)) if found is not None else 1
+            entries_db = env.open_db(b"entries", txn=txn, create=False)
+            ledgers_db = env.open_db(b"ledgers", txn=txn, create=False)
+            return _walk(txn, entries_db, ledgers_db, fmt)
+    finally:
+        env.close()

@@ -237,6 +237,7 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         security=checked(bookie_security, args),
         client_security=checked(client_security, args),
+        scrub_interval=args.scrub_interval,
     )
 
     async def start() -> None:
@@ -247,10 +248,11 @@ def cmd_bookie(args: argparse.Namespace) -> int:
             on_session_lost(_exit_on_session_loss("bookie"))
 
     from magnetar.bookie.cookie import CookieMismatch
+    from magnetar.bookie.storage import StorageCorrupt
 
     try:
         return _run_until_signal("bookie", {"bookie": "--port", "http": "--http-port"}, start, node.stop, node.banner)
-    except CookieMismatch as exc:
+    except (CookieMismatch, StorageCorrupt) as exc:
         print(f"magnetar bookie: refusing to start: {exc}", file=sys.stderr, flush=True)
         return 2
 
@@ -324,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     from magnetar.cli.limit_flags import add_limit_flags
     from magnetar.cli.listener_flags import add_listener_flags
     from magnetar.cli.schema_flags import add_schema_flags
+    from magnetar.cli.scrub_flags import add_scrub_flags
     from magnetar.cli.tokens import add_tokens_command
 
     parser = argparse.ArgumentParser(prog="magnetar", description="Magnetar pub/sub messaging")
@@ -378,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept a wiped data directory and register a new identity cookie",
     )
     add_bookie_server_flags(bk)
+    add_scrub_flags(bk)
     bk.set_defaults(func=cmd_bookie, _parser=bk)
 
     br = sub.add_parser("broker", help="run one cluster broker (needs etcd and bookies)")

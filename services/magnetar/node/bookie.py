@@ -44,11 +44,13 @@ class BookieNode(Node):
         http_port: int | None = None,
         security: BookieSecurity | None = None,
         client_security: BookieClientSecurity | None = None,
+        scrub_interval: float = 0.0,
     ) -> None:
         """``security``: authentication and TLS of the bookie's port; ``client_security``: the
         credentials and TLS its autorecovery uses towards the other bookies (bookie/auth.py)."""
         self.security = security
         self.client_security = client_security
+        self.scrub_interval = scrub_interval
         self.data_dir = data_dir
         self.host = host
         self.port = port
@@ -80,6 +82,7 @@ class BookieNode(Node):
             sync=self.sync_data,
             security=self.security,
             client_security=self.client_security,
+            scrub_interval=self.scrub_interval,
         )
         with binding(self.port, "bookie"):
             await service.start()  # a failed start closes what it opened

@@ -311,7 +311,8 @@ class Auditor:
             # Only bookies still referenced matter: a worker may have replaced some already.
             # A marker naming nothing missing is done (bookies came back, or the worker finished
             # but crashed before deleting it). Absent bookies not yet past grace keep it too.
-            if not still and not (referenced_now & lost):
+            # Damaged copies on live bookies are the workers' to repair, never cleared here.
+            if not still and not (referenced_now & lost) and not marker.damaged:
                 cleared += await delete_marker(self._store, ledger_id, version)
         self._count_dirty = True
         waiting = frozenset(absent - past_grace)

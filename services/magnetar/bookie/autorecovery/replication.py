@@ -22,7 +22,15 @@ Repairing one ledger, fragment by fragment (BookKeeper's ``ReplicationWorker``):
 4. When no fragment references a missing bookie, delete the marker — by compare-and-set on its
    version, so a bookie added to the marker meanwhile is not dropped.
 
-Only CLOSED ledgers are repaired. An OPEN ledger's metadata belongs to its writer: R12 treats any
+Damaged copies (the marker's ``damaged``, written by a live bookie's scrubber) are repaired first,
+whatever the ledger's state, because nothing in the metadata changes: each such entry is read from
+another replica of its write set (checked against its CRC32C) and added to the damaged bookie with
+``recovery=True``, which overwrites the bad copy. An entry that no other replica has either (never
+acknowledged: below Qa, or beyond a closed ledger's end) and an entry the bookie no longer holds
+under the metadata have nothing to repair and are dropped from the marker, as are the damaged
+copies of a bookie that is itself missing (all of its copies are replaced then).
+
+Only CLOSED ledgers are repaired for missing bookies. An OPEN ledger's metadata belongs to its writer: R12 treats any
 metadata change it did not make as a fatal conflict, and its last fragment is still being
 written. Such a ledger keeps its marker and is deferred: the writer's own ensemble change
 replaces a failed bookie in the fragment it writes, and once the ledger is closed — by its writer,
@@ -47,9 +55,11 @@ from magnetar.bookie.autorecovery.underreplication import (
     DECOMMISSIONING,
     UNDERREPLICATED,
     UNDERREPLICATED_LOCKS,
+    UnderReplicated,
     available_bookies,
     decommissioning_bookies,
     delete_marker,
+    drop_damaged,
     entries_on_slots,
     fragment_ranges,
     lock_path,
@@ -58,7 +68,7 @@ from magnetar.bookie.autorecovery.underreplication import (
     underreplicated_ledgers,
 )
 from magnetar.bookie.metrics import BoundBookieMetrics
-from magnetar.ledger.bookie_api import BookieResolver, ReadResult
+from magnetar.ledger.bookie_api import NO_ENTRY, BookieResolver, ReadResult
 from magnetar.ledger.distribution import write_set
 from magnetar.ledger.metadata_format import Fragment, LedgerMetadata, decode, encode
 from magnetar.metadata import paths
@@ -283,6 +293,16 @@ class ReplicationWorker:
             await delete_marker(self._store, ledger_id, marker_version)
             return Outcome.REPAIRED
         md = decode(current.value)
+        if marker.damaged:
+            await self._repair_damaged(ledger_id, md, marker)
+            if not await drop_damaged(self._store, ledger_id, marker, marker_version):
+                return Outcome.CHANGED
+            found = await read_marker(self._store, ledger_id)
+            if found is None:
+                self.repaired.append(ledger_id)
+                log.info("replication worker %s: ledger %d: damaged copies repaired", self.worker_id, ledger_id)
+                return Outcome.REPAIRED
+            marker, marker_version = found
         available = await available_bookies(self._store)
         decommissioning = await decommissioning_bookies(self._store)
         missing = missing_bookies(marker.missing, available, decommissioning)
@@ -304,6 +324,52 @@ class ReplicationWorker:
             self._metrics.rereplicated_ledgers.inc()
         log.info("replication worker %s: ledger %d repaired (off %s)", self.worker_id, ledger_id, sorted(missing))
         return Outcome.REPAIRED
+
+    async def _repair_damaged(self, ledger_id: int, md: LedgerMetadata, marker: UnderReplicated) -> None:
+        """Copy each damaged entry from another replica back onto the bookie whose copy is bad."""
+        lac = md.last_entry_id if md.is_closed else NO_ENTRY
+        gone = missing_bookies(
+            marker.damaged, await available_bookies(self._store), await decommissioning_bookies(self._store)
+        )
+        jobs: list[tuple[str, int, list[str]]] = []
+        for bookie_id, entries in marker.damaged.items():
+            if bookie_id in gone:
+                continue  # lost or draining: all its copies are being replaced, the damaged ones too
+            for entry_id in sorted(entries):
+                if entry_id < 0 or (md.is_closed and entry_id > md.last_entry_id):
+                    continue  # not part of the ledger: nobody reads it
+                fragment = md.fragment_for(entry_id)
+                holders = [fragment.bookies[s] for s in write_set(entry_id, md.ensemble_size, md.write_quorum)]
+                if bookie_id not in holders:
+                    continue  # a stale copy: the metadata sends readers elsewhere
+                jobs.append((bookie_id, entry_id, [h for h in holders if h != bookie_id]))
+        pending = iter(jobs)
+
+        async def pump() -> None:
+            for bookie_id, entry_id, sources in pending:
+                try:
+                    await copy_entry(self._resolver, ledger_id, entry_id, sources, [bookie_id], lac)
+                except (NoSuchEntry, NoSuchLedger):
+                    # No other copy: never acknowledged (fewer than Qa copies), so nothing to restore.
+                    log.warning(
+                        "replication worker %s: ledger %d entry %d damaged on %s has no other copy",
+                        self.worker_id,
+                        ledger_id,
+                        entry_id,
+                        bookie_id,
+                    )
+                    continue
+                self.entries_copied += 1
+                if self._metrics is not None:
+                    self._metrics.rereplicated_entries.inc()
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(min(self.copy_concurrency, max(len(jobs), 1))):
+                    group.create_task(pump())
+        except BaseExceptionGroup as failed:
+            raise _first_leaf(failed) from None
+        log.info("replication worker %s: ledger %d: %d damaged copies rewritten", self.worker_id, ledger_id, len(jobs))
 
     async def _choose(self, fragment: Fragment, slots: list[int], excluded: set[str]) -> dict[int, str]:
         writable = await self._resolver.writable_bookies()

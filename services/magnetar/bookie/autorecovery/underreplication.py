@@ -10,6 +10,11 @@ loses nothing but the work in flight:
   compare-and-set merges, so a marker written by the auditor and one written by decommission for
   the same ledger end up as the union, and a worker's delete loses to a concurrent addition (the
   worker then sees the new bookie and goes on).
+- The same marker also carries damaged copies: ``"damaged": {bookie id: [entry ids]}``, written by
+  a live bookie's scrubber (``bookie/scrub.py``) when its copy of an entry fails its checksum or
+  its index lost the entry. The bookie is not missing, so nothing moves: a worker copies each such
+  entry from another replica back onto that bookie (overwriting the bad copy). A marker with
+  damaged entries is never cleared by the auditor, only by a worker that repaired them.
 - ``/underreplicated-locks/{ledger}``: an ephemeral key (``MUST_NOT_EXIST``) held by the one worker
   repairing the ledger; it vanishes with that worker's session if the worker dies.
 - ``/bookies/decommissioning/{id}``: a persistent flag. A flagged bookie counts as missing even
@@ -25,8 +30,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from magnetar.ledger.distribution import contains_slot
 from magnetar.ledger.metadata_format import Fragment, InvalidLedgerMetadata, LedgerMetadata, decode
@@ -53,16 +58,22 @@ class UnderReplicated:
 
     missing: frozenset[str]
     since: int
+    damaged: Mapping[str, frozenset[int]] = field(default_factory=dict)  # bookie -> entries with bad copies
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"missing": sorted(self.missing), "since": self.since}, separators=(",", ":")).encode()
+        doc: dict[str, object] = {"missing": sorted(self.missing), "since": self.since}
+        if self.damaged:  # absent when there is none: markers read as before
+            doc["damaged"] = {b: sorted(e) for b, e in sorted(self.damaged.items()) if e}
+        return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> UnderReplicated:
         """Unknown keys are ignored (the format may grow); a malformed marker is a ``ValueError``."""
         try:
             doc = json.loads(raw)
-            return cls(frozenset(str(b) for b in doc["missing"]), int(doc.get("since", 0)))
+            damaged = {str(b): frozenset(int(e) for e in es) for b, es in dict(doc.get("damaged") or {}).items()}
+            missing = frozenset(str(b) for b in doc["missing"])
+            return cls(missing, int(doc.get("since", 0)), {b: e for b, e in damaged.items() if e})
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed under-replication marker {raw[:80]!r}: {exc}") from exc
 
@@ -119,12 +130,53 @@ async def mark_underreplicated(store: MetadataStore, ledger_id: int, bookies: It
         marker = _decode_marker(current)
         if wanted <= marker.missing:
             return False
-        merged = UnderReplicated(marker.missing | wanted, marker.since or now_ms())
+        merged = UnderReplicated(marker.missing | wanted, marker.since or now_ms(), marker.damaged)
         try:
             await store.put(path, merged.to_bytes(), current.version)
         except BadVersion:
             continue
         return True
+
+
+async def mark_damaged(store: MetadataStore, ledger_id: int, bookie_id: str, entries: Iterable[int]) -> bool:
+    """Add ``bookie_id``'s damaged ``entries`` to the ledger's marker (creating it); a CAS merge
+    like ``mark_underreplicated``. Returns True if the marker changed."""
+    wanted = frozenset(entries)
+    path = paths.underreplicated(ledger_id)
+    while True:
+        current = await store.get(path)
+        if current is None:
+            try:
+                fresh = UnderReplicated(frozenset(), now_ms(), {bookie_id: wanted})
+                await store.put(path, fresh.to_bytes(), MUST_NOT_EXIST)
+            except BadVersion:
+                continue
+            return True
+        marker = _decode_marker(current)
+        have = marker.damaged.get(bookie_id, frozenset())
+        if wanted <= have:
+            return False
+        damaged = {**marker.damaged, bookie_id: have | wanted}
+        merged = UnderReplicated(marker.missing, marker.since or now_ms(), damaged)
+        try:
+            await store.put(path, merged.to_bytes(), current.version)
+        except BadVersion:
+            continue
+        return True
+
+
+async def drop_damaged(store: MetadataStore, ledger_id: int, marker: UnderReplicated, version: int) -> bool:
+    """After the damaged copies were repaired: remove them from the marker at ``version`` (deleting
+    it if nothing else is in it). False if the marker changed meanwhile (look again)."""
+    if not marker.missing:
+        return await delete_marker(store, ledger_id, version)
+    try:
+        await store.put(
+            paths.underreplicated(ledger_id), UnderReplicated(marker.missing, marker.since).to_bytes(), version
+        )
+    except (BadVersion, NotFound):
+        return False
+    return True
 
 
 async def read_marker(store: MetadataStore, ledger_id: int) -> tuple[UnderReplicated, int] | None:
