@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from tests.faults.nemesis import current_ledger, eventually, finish, in_thread, record
-from tests.faults.smallfs import abandon, can_mount, fill_to, small_fs
+from tests.faults.smallfs import abandon, can_mount, fill_to, skip_or_fail, small_fs
 from tests.faults.workload import QueueWorkload
 from tests.support.cluster import LocalCluster
 
@@ -58,7 +58,7 @@ READ_ONLY_GAUGE = "magnetar_bookie_read_only"
 def small_disks() -> None:
     reason = can_mount()
     if reason is not None:
-        pytest.skip(reason)
+        skip_or_fail(reason)
 
 
 async def _registration(cluster: LocalCluster, bookie_id: str) -> dict[str, object] | None:
