@@ -48,6 +48,7 @@ from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, enco
 
 log = logging.getLogger(__name__)
 _READ_CHUNK = 256 * 1024
+_I64_MAX = 2**63 - 1
 _LINGER_SECONDS = 2.0  # how long a refused connection is drained before it is closed regardless
 
 
@@ -290,6 +291,8 @@ class BookieServer:
         args = (_int(cmd, "ledger"), _int(cmd, "entry"), _bytes(cmd, "data"), _int(cmd, "crc"))
         lac = _int(cmd, "lac", -1)
         try:
+            if not -1 <= lac <= _I64_MAX:  # stored as a signed 64-bit: out of range would fail the whole group commit
+                raise InvalidCommand(f"lac must be -1 or an entry id, got {lac}")
             fut = self._storage.add_nowait(*args, lac, recovery=bool(cmd.get("recovery", False)))
         except MagnetarError as exc:
             conn.fail(rid, exc)

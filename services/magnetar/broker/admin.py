@@ -54,6 +54,7 @@ from magnetar.metadata import paths
 from magnetar.protocol import commands as c
 from magnetar.protocol.errors import (
     AlreadyExists,
+    BadVersion,
     InvalidCommand,
     InvalidTopicName,
     MagnetarError,
@@ -69,6 +70,9 @@ if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
+# The most partitions one topic may have: each is a topic of its own, created and loaded one by
+# one, so an unbounded count (2**63 in a fuzzed body) kept the broker busy forever.
+MAX_PARTITIONS = 10_000
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -83,7 +87,7 @@ def _status_for(exc: MagnetarError) -> int:
         return 405
     if isinstance(exc, (TenantNotFound, NamespaceNotFound, TopicNotFound, NotFound)):
         return 404
-    if isinstance(exc, (AlreadyExists, Conflict)):
+    if isinstance(exc, (AlreadyExists, Conflict, BadVersion)):  # BadVersion: a concurrent change won
         return 409
     if isinstance(exc, (InvalidCommand, InvalidTopicName)):
         return 400
@@ -100,6 +104,18 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return web.json_response({"reason": str(exc)}, status=_status_for(exc))
     except json.JSONDecodeError as exc:
         return web.json_response({"reason": f"invalid JSON body: {exc}"}, status=400)
+    except web.HTTPException as exc:  # aiohttp's own refusals (no such route, wrong method): JSON too
+        if exc.status < 400:
+            raise
+        allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None  # a 405 says what is allowed
+        return web.json_response({"reason": exc.reason}, status=exc.status, headers=allow)
+    except (UnicodeDecodeError, RecursionError) as exc:  # not UTF-8 JSON, or nested past the parser's depth
+        return web.json_response({"reason": f"invalid JSON body: {exc!s:.200}"}, status=400)
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+        # A JSON body of the wrong shape (a string where a map belongs, a huge number) reached a
+        # handler: the caller's mistake, so a 400, not a 500 (found by tests/fuzz/test_admin.py).
+        log.info("refused %s %s: %r", request.method, request.path, exc)
+        return web.json_response({"reason": f"invalid request: {type(exc).__name__}: {exc!s:.200}"}, status=400)
 
 
 async def _body(request: web.Request) -> Any:
@@ -458,15 +474,15 @@ class AdminServer:
 
     async def create_partitioned(self, request: web.Request) -> web.StreamResponse:
         n = await _body(request)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise PolicyError(f"the number of partitions must be a positive integer, got {n!r}")
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARTITIONS:
+            raise PolicyError(f"the number of partitions must be an integer in 1..{MAX_PARTITIONS}, got {n!r:.40}")
         await self.service.resources.create_topic(self._topic(request), n)
         return web.Response(status=204)
 
     async def update_partitions(self, request: web.Request) -> web.StreamResponse:
         n = await _body(request)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise PolicyError(f"the number of partitions must be a positive integer, got {n!r}")
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARTITIONS:
+            raise PolicyError(f"the number of partitions must be an integer in 1..{MAX_PARTITIONS}, got {n!r:.40}")
         await self.service.resources.update_partitions(self._topic(request), n)
         return web.Response(status=204)
 

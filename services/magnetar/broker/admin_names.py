@@ -1,4 +1,4 @@
-"""The admin API's name check: every route's tenant, namespace, topic and subscription (WIRE.md R92).
+"""The admin API's name check: every route's tenant, namespace, topic, cluster and subscription (WIRE.md R92).
 
 aiohttp decodes a path before it matches routes, so ``/admin/v2/tenants/a%2Fb`` reaches a handler
 with the tenant ``a/b``, ``%2e%2e`` arrives as ``..`` and ``%00`` as a NUL character; each of them
@@ -19,7 +19,9 @@ from magnetar.protocol.topic_name import valid_segment, valid_subscription
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Route variables that name things, and what each is called in the refusal.
-_NAMES = {"tenant": "Tenant", "ns": "Namespace", "topic": "Topic"}
+# A cluster's name is a metadata key segment too: 1000 characters made the LMDB store fail with a
+# 500 (MDB_BAD_VALSIZE; found by tests/fuzz/test_admin.py).
+_NAMES = {"tenant": "Tenant", "ns": "Namespace", "topic": "Topic", "cluster": "Cluster"}
 
 
 def _shown(value: str) -> str:

@@ -23,7 +23,7 @@ import asyncio
 import itertools
 import logging
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, cast
 
 from magnetar import __version__
@@ -56,6 +56,7 @@ from magnetar.protocol.errors import (
     AuthenticationError,
     ChecksumError,
     InvalidCommand,
+    InvalidMessage,
     MagnetarError,
     MessageTooLarge,
     NotConnected,
@@ -70,6 +71,9 @@ from magnetar.protocol.topic_name import TopicName, check_namespace, valid_subsc
 log = logging.getLogger(__name__)
 FATAL_LINGER_SECONDS = 2.0  # a refused connection is closed by then even if the client keeps it open
 _ids = itertools.count(1)
+_MAX_BATCH_MESSAGES = 2**31 - 1  # meta.n of one entry
+_MAX_EPOCH = 2**63 - 1  # a producer's topic epoch
+_MAX_ID = 2**63 - 1  # a ledger or entry id
 # Generated producer names carry this process's token: names must not repeat across brokers and
 # restarts, since deduplication is keyed by them.
 _NAME_TOKEN = secrets.token_hex(3)
@@ -80,6 +84,16 @@ def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidCommand(f"{what} must be an integer, got {value!r}")
     return value
+
+
+def _id_part(value: Any, what: str) -> int:
+    """A ledger or entry id of a position: an int64 like Pulsar's, -1 allowed (before the first).
+    Out of that range a cursor would keep a position no frame can carry (its mark-delete in
+    ``last_message_id_response``), found by tests/fuzz/test_broker.py."""
+    number = _int(value, what)
+    if not -1 <= number <= _MAX_ID:
+        raise InvalidCommand(f"{what} must be within -1..{_MAX_ID}, got {number}")
+    return number
 
 
 def key_ranges_of(raw: Any) -> list[tuple[int, int]] | None:
@@ -117,7 +131,7 @@ def batch_acks_of(raw: Any) -> list[tuple[Position, int, list[int]]]:
     for item in raw:
         if not isinstance(item, (list, tuple)) or len(item) != 4 or not isinstance(item[3], (list, tuple)):
             raise InvalidCommand(f"a batch ack is [ledger, entry, count, [index, ...]], got {item!r}")
-        ledger, entry, count = _int(item[0], "ledger"), _int(item[1], "entry"), _int(item[2], "count")
+        ledger, entry, count = _id_part(item[0], "ledger"), _id_part(item[1], "entry"), _int(item[2], "count")
         if count < 1:
             raise InvalidCommand(f"a batch ack's count must be at least 1, got {count}")
         indexes = [_int(i, "batch index") for i in item[3]]
@@ -133,7 +147,7 @@ def message_id_of(raw: Any) -> tuple[int, int, int] | None:
         return None
     if not isinstance(raw, (list, tuple)) or len(raw) not in (2, 3):
         raise InvalidCommand(f"a message id is [ledger, entry, batch], got {raw!r}")
-    ledger, entry = _int(raw[0], "ledger"), _int(raw[1], "entry")
+    ledger, entry = _id_part(raw[0], "ledger"), _id_part(raw[1], "entry")
     batch = _int(raw[2], "batch index") if len(raw) == 3 else -1
     return ledger, entry, batch
 
@@ -165,6 +179,10 @@ class ServerConnection(asyncio.Protocol):
         self.decoder = FrameDecoder(service.config.max_message_size + 64 * 1024)
         self.producers: dict[int, tuple[ServerProducer, AnyTopic]] = {}
         self.consumers: dict[int, tuple[ServerConsumer, AnySubscription, AnyTopic]] = {}
+        # Producer and consumer ids whose creation is under way: a second create with the same id
+        # is refused at once, else both would pass the check and the first would leak (found by
+        # tests/fuzz/test_broker.py: pipelined creates of one id).
+        self._creating: set[tuple[str, int]] = set()
         self._out: list[Mapping[str, object]] = []
         self._flush_scheduled = False
         self._closed = False
@@ -264,9 +282,29 @@ class ServerConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._out and self.transport is not None and not self._closed:
-            self.transport.write(encode_frames(self._out))
-        self._out = []
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self._closed:
+            try:
+                data = encode_frames(out)
+            except (OverflowError, TypeError, ValueError):  # one frame msgpack cannot carry
+                data = self._encode_each(out)
+            self.transport.write(data)
+
+    def _encode_each(self, frames: list[Mapping[str, object]]) -> bytes:
+        """Encode frame by frame, answering a frame that cannot be encoded with an error: one bad
+        answer must not silence the connection (its frames stayed queued and failed every flush)."""
+        parts = []
+        for frame in frames:
+            try:
+                parts.append(encode_frames([frame]))
+            except (OverflowError, TypeError, ValueError):
+                log.exception("connection %s: cannot encode a %r frame: %.300r", self.id, frame.get("t"), frame)
+                rid = frame.get("rid")
+                rid = rid if isinstance(rid, int) and -(2**63) <= rid < 2**64 else None
+                parts.append(
+                    encode_frames([c.error_frame(rid, "UnknownError", f"unencodable {frame.get('t')!r} answer")])
+                )
+        return b"".join(parts)
 
     def _fatal(self, code: str, message: str, rid: int | None = None) -> None:
         log.info("closing connection %s: %s: %s", self.id, code, message)
@@ -321,8 +359,12 @@ class ServerConnection(asyncio.Protocol):
                 handler(cmd)
             except MagnetarError as exc:
                 self.write(c.error_frame(cmd.get("rid"), str(exc.code), str(exc)))
-            except (TypeError, ValueError, KeyError) as exc:
+            except (TypeError, ValueError, KeyError, OverflowError) as exc:  # a field of the wrong type
                 self._fatal(InvalidCommand.code, f"bad field in {cmd['t']!r}: {exc}")
+                return
+            except Exception as exc:  # a handler bug: still one error frame, and only this connection closes
+                log.exception("command %r failed on connection %s", cmd["t"], self.id)
+                self._fatal(InvalidCommand.code, f"bad command {cmd['t']!r}: {exc!r}")
                 return
 
     # ------------------------------------------------------------------ helpers
@@ -412,6 +454,13 @@ class ServerConnection(asyncio.Protocol):
         name = TopicName.parse(cmd["topic"])
         pid = int(cmd["producer_id"])
         schema = schema_admission.schema_of(cmd.get("schema"))  # R118: a bad map is InvalidCommand
+        if not isinstance(cmd.get("producer_name", ""), str | None):  # checked here, not deep in run()
+            raise InvalidCommand("producer_name must be a string")
+        epoch = cmd.get("epoch")
+        if isinstance(epoch, int) and epoch > _MAX_EPOCH:  # an int64, as Pulsar's topicEpoch
+            # Above it, the topic's next epoch (persisted) no longer fits a frame: no producer
+            # could open on the topic again.
+            raise InvalidCommand(f"producer epoch must be at most {_MAX_EPOCH}, not {epoch}")
 
         async def run() -> None:
             if pid in self.producers:
@@ -445,7 +494,20 @@ class ServerConnection(asyncio.Protocol):
             self.write(c.producer_success(cmd["rid"], pname, last, topic_epoch=granted, schema_version=schema_version))
 
         self.guard.check_producer(len(self.producers))  # R88: maxProducersPerConnection
-        self._spawn(cmd["rid"], self.guard.counting_producer(run()))
+        if pid in self.producers or ("producer", pid) in self._creating:
+            raise ProducerBusy(f"producer id {pid} is already in use on this connection")
+        self._spawn(cmd["rid"], self._reserving(("producer", pid), self.guard.counting_producer(run())))
+
+    def _reserving(self, key: tuple[str, int], create: Coroutine[Any, Any, None]) -> Coroutine[Any, Any, None]:
+        """Mark the id as being created now (see ``_creating``), until ``create`` is done."""
+        self._creating.add(key)
+        return self._released(key, create)
+
+    async def _released(self, key: tuple[str, int], create: Coroutine[Any, Any, None]) -> None:
+        try:
+            await create
+        finally:
+            self._creating.discard(key)
 
     def _fence_elsewhere(self, producer: ServerProducer, exc: BaseException) -> None:
         """An ``ExclusiveWithFencing`` producer took the topic: close ``producer`` on its connection."""
@@ -472,13 +534,20 @@ class ServerConnection(asyncio.Protocol):
             error(AlreadyClosed(f"producer {pid} is not open on this connection"))
             return
         if not isinstance(payload, bytes) or not isinstance(meta, dict):
-            raise InvalidCommand("send needs a bin payload and a meta map")
+            error(InvalidCommand("send needs a bin payload and a meta map"))  # a send_error: the client waits for one
+            return
         limit = self.service.config.max_message_size
         if len(payload) > limit:
             error(MessageTooLarge(f"message of {len(payload)} bytes exceeds the maximum of {limit}"))
             return
         if crc32c(payload) != meta.get("crc"):
             error(ChecksumError("payload checksum does not match meta.crc"))
+            return
+        count = meta.get("n", 1)
+        # Refused before it is stored: a negative count broke the receipt, a huge one the topic's
+        # cumulative message counts (every later send failed). Pulsar's batch size is an int32.
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= _MAX_BATCH_MESSAGES:
+            error(InvalidMessage(f"meta.n must be 1..{_MAX_BATCH_MESSAGES} messages, got {count!r:.40}"))
             return
         producer, topic = entry
         if isinstance(topic, PersistentTopic) and topic.backlog_quota.blocked is not None:
@@ -573,7 +642,9 @@ class ServerConnection(asyncio.Protocol):
             self.write(c.success(cmd["rid"]))
 
         self.guard.check_consumer(len(self.consumers))  # R88: maxConsumersPerConnection
-        self._spawn(cmd["rid"], self.guard.counting_consumer(run()))
+        if cid in self.consumers or ("consumer", cid) in self._creating:
+            raise InvalidCommand(f"consumer id {cid} is already in use on this connection")
+        self._spawn(cmd["rid"], self._reserving(("consumer", cid), self.guard.counting_consumer(run())))
 
     def send_message(
         self,
@@ -618,7 +689,7 @@ class ServerConnection(asyncio.Protocol):
         raw = cmd["positions"]
         if not isinstance(raw, (list, tuple)) or any(not isinstance(p, (list, tuple)) or len(p) != 2 for p in raw):
             raise InvalidCommand(f"positions must be [[ledger, entry], ...], got {raw!r}")
-        positions = [Position(_int(p[0], "ledger"), _int(p[1], "entry")) for p in raw]
+        positions = [Position(_id_part(p[0], "ledger"), _id_part(p[1], "entry")) for p in raw]
         batch_acks = batch_acks_of(cmd.get("batch_acks"))
         fut = sub.ack(consumer, kind, positions, batch_acks)
         rid = cmd.get("rid")
@@ -637,7 +708,7 @@ class ServerConnection(asyncio.Protocol):
     def _redeliver(self, cmd: c.Redeliver) -> None:
         consumer, sub, _ = self._consumer(cmd["consumer_id"])
         raw = cmd.get("positions")
-        positions = None if raw is None else [Position(int(p[0]), int(p[1])) for p in raw]
+        positions = None if raw is None else [Position(_id_part(p[0], "ledger"), _id_part(p[1], "entry")) for p in raw]
         sub.negative_ack(consumer, positions)
 
     def _close_consumer(self, cmd: c.CloseConsumer) -> None:
@@ -650,6 +721,9 @@ class ServerConnection(asyncio.Protocol):
         consumer, sub, topic = self._consumer(cmd["consumer_id"])
 
         async def run() -> None:
+            entry = self.consumers.get(consumer.consumer_id)
+            if entry is None or entry[0] is not consumer:  # a pipelined close or unsubscribe got there first
+                raise AlreadyClosed(f"consumer {consumer.consumer_id} is not open on this connection")
             others = [x for x in sub.dispatcher.consumers if x is not consumer]
             if others:
                 raise InvalidCommand(f"subscription {sub.name} has other connected consumers")
@@ -662,7 +736,10 @@ class ServerConnection(asyncio.Protocol):
 
     def _seek(self, cmd: c.Seek) -> None:
         _consumer, sub, _ = self._consumer(cmd["consumer_id"])
-        lid, eid = (int(x) for x in cmd["position"])
+        position = cmd["position"]
+        if not isinstance(position, (list, tuple)) or len(position) != 2:
+            raise InvalidCommand(f"a seek position is [ledger, entry], got {position!r:.100}")
+        lid, eid = _id_part(position[0], "ledger"), _id_part(position[1], "entry")
         if isinstance(sub, NonPersistentSubscription):  # R43b: nothing stored, nothing to rewind
             self.write(c.success(cmd["rid"]))
             return

@@ -77,6 +77,8 @@ class TopicName:
 
     @classmethod
     def parse(cls, name: str) -> TopicName:
+        if not isinstance(name, str):  # a decoded frame's field can be any msgpack value
+            raise InvalidTopicName(f"a topic name must be a string, not {type(name).__name__}")
         full = name
         if "://" in name:
             domain, rest = name.split("://", 1)
