@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,16 +155,19 @@ async def _at_least_closed(probe: Probe, cluster: LocalCluster, n: int) -> dict[
     return ledgers if len(ledgers) >= n else None
 
 
-async def test_flipped_payload_crc_and_ledger_state_are_detected_and_repaired_in_place(
-    cluster_base: Path, topic: str, rng: random.Random, fault_seed: int
+async def _on_a_cluster(
+    cluster_base: Path,
+    topic: str,
+    scenario: Callable[[LocalCluster, Probe, QueueWorkload], Awaitable[None]],
 ) -> None:
+    """Start the cluster and the workload, run ``scenario``; print the logs if it fails."""
     cluster = _cluster(cluster_base)
     cluster.start()
     probe = await Probe.open(cluster)
     wl: QueueWorkload | None = None
     try:
         wl = await _start_workload(cluster, topic)
-        await _payload_scenario(cluster, probe, wl, rng, fault_seed)
+        await scenario(cluster, probe, wl)
     except BaseException:
         print(f"\n===== process logs (tails) under {cluster.logs} =====\n{cluster.log_tails()}")
         await abandon(wl)
@@ -171,6 +175,12 @@ async def test_flipped_payload_crc_and_ledger_state_are_detected_and_repaired_in
     finally:
         await probe.close()
         cluster.close()
+
+
+async def test_flipped_payload_crc_and_ledger_state_are_detected_and_repaired_in_place(
+    cluster_base: Path, topic: str, rng: random.Random, fault_seed: int
+) -> None:
+    await _on_a_cluster(cluster_base, topic, lambda c, p, wl: _payload_scenario(c, p, wl, rng, fault_seed))
 
 
 async def _payload_scenario(
@@ -286,20 +296,7 @@ async def _payload_scenario(
 async def test_flipped_index_page_headers_never_serve_garbage(
     cluster_base: Path, topic: str, rng: random.Random, fault_seed: int
 ) -> None:
-    cluster = _cluster(cluster_base)
-    cluster.start()
-    probe = await Probe.open(cluster)
-    wl: QueueWorkload | None = None
-    try:
-        wl = await _start_workload(cluster, topic)
-        await _index_scenario(cluster, probe, wl, rng, fault_seed)
-    except BaseException:
-        print(f"\n===== process logs (tails) under {cluster.logs} =====\n{cluster.log_tails()}")
-        await abandon(wl)
-        raise
-    finally:
-        await probe.close()
-        cluster.close()
+    await _on_a_cluster(cluster_base, topic, lambda c, p, wl: _index_scenario(c, p, wl, rng, fault_seed))
 
 
 async def _index_scenario(
