@@ -65,6 +65,8 @@ FAST = AutoRecoveryOptions(grace_period=0.2, recheck_interval=30.0, poll_interva
 class Nodes:
     """Bookie processes in miniature: each a full ``BookieService`` with auto-recovery."""
 
+    scrub_interval = 0.0  # the scrubber's period (0: none); tests/bookie/test_scrub.py turns it on
+
     def __init__(self, root: Path, store: LmdbMetadataStore, options: AutoRecoveryOptions) -> None:
         self.root = root
         self.store = store
@@ -83,6 +85,7 @@ class Nodes:
             sync=False,
             registry=self.registry,
             autorecovery_options=self.options,
+            scrub_interval=self.scrub_interval,
         )
         await svc.start()
         self.services[bookie_id] = svc

@@ -25,7 +25,6 @@ from magnetar.bookie.autorecovery.underreplication import (
     underreplicated_count,
 )
 from magnetar.bookie.scrub import Scrubber
-from magnetar.bookie.service import BookieService
 from magnetar.bookie.storage import (
     CRC,
     ENTRY_KEY,
@@ -207,24 +206,9 @@ async def test_a_failed_storage_refuses_everything_and_the_next_open(tmp_path: P
 
 
 class ScrubNodes(Nodes):
-    """``Nodes`` whose services run the scrubber every ``interval`` seconds."""
+    """``Nodes`` whose services run the scrubber every ``scrub_interval`` seconds."""
 
-    interval = 3600.0  # passes are forced with scrub_now(); the first runs at start
-
-    async def start(self, bookie_id: str) -> BookieService:
-        svc = BookieService(
-            self.root / bookie_id,
-            bookie_id=bookie_id,
-            store=self.store,
-            readonly_threshold=None,
-            sync=False,
-            registry=self.registry,
-            autorecovery_options=self.options,
-            scrub_interval=self.interval,
-        )
-        await svc.start()
-        self.services[bookie_id] = svc
-        return svc
+    scrub_interval = 3600.0  # passes are forced with scrub_now(); the first runs at start
 
 
 @pytest.fixture
@@ -277,7 +261,7 @@ async def test_a_damaged_and_a_lost_copy_are_rewritten_from_another_replica(scru
 
 async def test_damage_found_by_a_read_is_repaired_without_waiting_for_a_pass(scrub_nodes: ScrubNodes) -> None:
     nodes = scrub_nodes
-    nodes.interval = 0.0  # no scrubber in the services: the test runs one without passes
+    nodes.scrub_interval = 0.0  # no scrubber in the services: the test runs one without passes
     for b in ("b0", "b1", "b2"):
         await nodes.start(b)
     written = await write_ledgers(nodes, 1, 10, (3, 3, 2))
@@ -336,7 +320,7 @@ async def test_damaged_copies_of_a_bookie_that_is_then_lost_do_not_block_its_rep
     on the spare, the damaged ones included; trying to rewrite them on a dead bookie must not hold
     the marker forever."""
     nodes = scrub_nodes
-    nodes.interval = 0.0
+    nodes.scrub_interval = 0.0
     for b in ("b0", "b1", "b2", "b3"):
         await nodes.start(b)
     written = await write_ledgers(nodes, 1, 8, (3, 3, 2))
