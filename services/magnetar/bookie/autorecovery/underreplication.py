@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from magnetar.ledger.distribution import contains_slot
@@ -112,57 +112,62 @@ def entries_on_slots(first: int, last: int, slots: Collection[int], ensemble_siz
 # --- store helpers ----------------------------------------------------------------------------
 
 
-async def mark_underreplicated(store: MetadataStore, ledger_id: int, bookies: Iterable[str]) -> bool:
-    """Add ``bookies`` to the ledger's marker (creating it). Returns True if the marker changed.
-
-    A compare-and-set loop, so concurrent markers (auditor, decommission) merge instead of
-    overwriting each other; ``since`` keeps the first marking time."""
-    wanted = frozenset(bookies)
+async def _merge_marker(
+    store: MetadataStore,
+    ledger_id: int,
+    fresh: Callable[[], UnderReplicated],
+    merge: Callable[[UnderReplicated], UnderReplicated | None],
+) -> bool:
+    """Create the ledger's marker (``fresh``) or merge into it (``merge``: None when it already
+    says all of it). A compare-and-set loop, so concurrent markers (auditor, decommission,
+    scrubber) merge instead of overwriting each other. Returns True if the marker changed."""
     path = paths.underreplicated(ledger_id)
     while True:
         current = await store.get(path)
         if current is None:
             try:
-                await store.put(path, UnderReplicated(wanted, now_ms()).to_bytes(), MUST_NOT_EXIST)
+                await store.put(path, fresh().to_bytes(), MUST_NOT_EXIST)
             except BadVersion:
                 continue
             return True
-        marker = _decode_marker(current)
-        if wanted <= marker.missing:
+        merged = merge(_decode_marker(current))
+        if merged is None:
             return False
-        merged = UnderReplicated(marker.missing | wanted, marker.since or now_ms(), marker.damaged)
         try:
             await store.put(path, merged.to_bytes(), current.version)
         except BadVersion:
             continue
         return True
+
+
+async def mark_underreplicated(store: MetadataStore, ledger_id: int, bookies: Iterable[str]) -> bool:
+    """Add ``bookies`` to the ledger's marker (creating it). Returns True if the marker changed;
+    ``since`` keeps the first marking time."""
+    wanted = frozenset(bookies)
+
+    def merge(marker: UnderReplicated) -> UnderReplicated | None:
+        if wanted <= marker.missing:
+            return None
+        return UnderReplicated(marker.missing | wanted, marker.since or now_ms(), marker.damaged)
+
+    return await _merge_marker(store, ledger_id, lambda: UnderReplicated(wanted, now_ms()), merge)
 
 
 async def mark_damaged(store: MetadataStore, ledger_id: int, bookie_id: str, entries: Iterable[int]) -> bool:
-    """Add ``bookie_id``'s damaged ``entries`` to the ledger's marker (creating it); a CAS merge
-    like ``mark_underreplicated``. Returns True if the marker changed."""
+    """Add ``bookie_id``'s damaged ``entries`` to the ledger's marker (creating it). Returns True if
+    the marker changed."""
     wanted = frozenset(entries)
-    path = paths.underreplicated(ledger_id)
-    while True:
-        current = await store.get(path)
-        if current is None:
-            try:
-                fresh = UnderReplicated(frozenset(), now_ms(), {bookie_id: wanted})
-                await store.put(path, fresh.to_bytes(), MUST_NOT_EXIST)
-            except BadVersion:
-                continue
-            return True
-        marker = _decode_marker(current)
+
+    def merge(marker: UnderReplicated) -> UnderReplicated | None:
         have = marker.damaged.get(bookie_id, frozenset())
         if wanted <= have:
-            return False
+            return None
         damaged = {**marker.damaged, bookie_id: have | wanted}
-        merged = UnderReplicated(marker.missing, marker.since or now_ms(), damaged)
-        try:
-            await store.put(path, merged.to_bytes(), current.version)
-        except BadVersion:
-            continue
-        return True
+        return UnderReplicated(marker.missing, marker.since or now_ms(), damaged)
+
+    return await _merge_marker(
+        store, ledger_id, lambda: UnderReplicated(frozenset(), now_ms(), {bookie_id: wanted}), merge
+    )
 
 
 async def drop_damaged(store: MetadataStore, ledger_id: int, marker: UnderReplicated, version: int) -> bool:
