@@ -154,3 +154,15 @@ def test_admin_refusals_are_json_4xx(
     """Found by test_admin: each was a 500, a hang or a non-JSON answer."""
     got, reply = admin_call(fuzz_standalone, method, path, body)
     assert got == status and isinstance(reply, dict) and reply.get("reason"), (got, reply)
+
+
+def test_admin_subscription_whose_key_is_over_lmdbs_limit(fuzz_standalone: StandaloneProcess) -> None:
+    """Found by test_admin (seed 970812): a valid 1,024-character subscription name on an existing
+    topic made the cursor's metadata key longer than LMDB's 511 bytes: MDB_BAD_VALSIZE, a 500."""
+    topic = f"/admin/v2/persistent/public/default/long-sub-{uuid.uuid4().hex[:8]}"
+    got, reply = admin_call(fuzz_standalone, "PUT", topic)
+    assert got in (204, 409), (got, reply)
+    got, reply = admin_call(fuzz_standalone, "PUT", f"{topic}/subscription/" + "x" * 1024)
+    assert got == 400 and "name too long" in reply.get("reason", ""), (got, reply)
+    got, reply = admin_call(fuzz_standalone, "GET", f"{topic}/stats")
+    assert got == 200 and reply["subscriptions"] == {}, (got, reply)  # nothing half-made was left behind

@@ -51,7 +51,7 @@ from magnetar.metadata.store import (
     check_path,
     is_under,
 )
-from magnetar.protocol.errors import AlreadyClosed, BadVersion, NotFound
+from magnetar.protocol.errors import AlreadyClosed, BadVersion, InvalidCommand, NotFound
 
 T = TypeVar("T")
 
@@ -79,6 +79,7 @@ class LmdbMetadataStore:
         self._kv = self._env.open_db(b"kv")
         self._eph = self._env.open_db(b"ephemeral")
         self._meta = self._env.open_db(b"meta")
+        self._max_key = int(self._env.max_key_size())
         self._watchers: dict[int, tuple[str, Watcher]] = {}
         self._next_watch = 0
         self._closed = False
@@ -88,6 +89,23 @@ class LmdbMetadataStore:
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) -> LmdbMetadataStore:
         return await asyncio.to_thread(cls, path, map_size=map_size)
+
+    def _key(self, path: str) -> bytes:
+        """The LMDB key of ``path``. LMDB refuses keys over ``max_key_size`` (511 bytes) with
+        ``BadValsizeError``, which would surface as a server error; names that are each valid can
+        still add up past it (a 1,024-character subscription under a long topic: found by
+        tests/fuzz/test_admin.py), so such a write is refused here as the caller's mistake."""
+        key = path.encode()
+        if len(key) > self._max_key:
+            raise InvalidCommand(
+                f"name too long for the embedded metadata store: its key {path[:80]!r}... is "
+                f"{len(key)} bytes, over LMDB's limit of {self._max_key}"
+            )
+        return key
+
+    def _fits(self, path: str) -> bool:
+        """Whether ``path`` can be a key at all: a longer one is simply absent (reads, lists)."""
+        return len(path.encode()) <= self._max_key
 
     # --- helpers run on the writer thread
 
@@ -113,7 +131,7 @@ class LmdbMetadataStore:
         return deleted
 
     def _put_txn(self, path: str, value: bytes, expected: int, ephemeral: bool) -> Stat:
-        key = path.encode()
+        key = self._key(path)
         with self._env.begin(write=True) as txn:
             raw = txn.get(key, db=self._kv)
             current = self._decode(raw)[0] if raw is not None else None
@@ -130,6 +148,8 @@ class LmdbMetadataStore:
         return Stat(rev, ephemeral)
 
     def _delete_txn(self, path: str, expected: int) -> None:
+        if not self._fits(path):
+            raise NotFound(f"{path[:80]}... does not exist")
         key = path.encode()
         with self._env.begin(write=True) as txn:
             raw = txn.get(key, db=self._kv)
@@ -142,7 +162,7 @@ class LmdbMetadataStore:
             txn.delete(key, db=self._eph)
 
     def _increment_txn(self, path: str) -> int:
-        key = path.encode()
+        key = self._key(path)
         with self._env.begin(write=True) as txn:
             raw = txn.get(key, db=self._kv)
             current = 0
@@ -180,8 +200,10 @@ class LmdbMetadataStore:
 
     async def get(self, path: str) -> Versioned | None:
         self._check_open()
+        if not self._fits(check_path(path)):
+            return None
         with self._env.begin(db=self._kv) as txn:
-            raw = txn.get(check_path(path).encode())
+            raw = txn.get(path.encode())
         if raw is None:
             return None
         version, ephemeral, value = self._decode(raw)
@@ -205,6 +227,8 @@ class LmdbMetadataStore:
         prefix = check_path(path).rstrip("/") + "/"
         pre = prefix.encode()
         names: set[str] = set()
+        if not self._fits(prefix):
+            return []
         with self._env.begin(db=self._kv) as txn:
             cursor = txn.cursor()
             found = cursor.set_range(pre)
