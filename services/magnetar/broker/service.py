@@ -32,6 +32,7 @@ from magnetar.broker.compaction.monitor import run_monitor
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.expiry import PolicyChecks
 from magnetar.broker.isolation import NamespaceIsolation, watch_policy_changes
+from magnetar.broker.loaded_topics import LoadedTopics
 from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.missing_namespace import require_namespace_of
 from magnetar.broker.non_persistent_registry import NonPersistentTopics
@@ -82,7 +83,7 @@ class BrokerService:
         self.ledgers = ledgers
         self.resources = Resources(store)
         self.metrics = metrics or BrokerMetrics()
-        self.topics: dict[str, PersistentTopic] = {}
+        self.topics = LoadedTopics()  # str(name) -> topic, indexed by namespace and name
         # Non-persistent topics: no managed ledger, so not in ``topics`` (non_persistent_registry).
         self.non_persistent = NonPersistentTopics(self)
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
@@ -227,9 +228,9 @@ class BrokerService:
         if (found is not None and own.is_me(BrokerInfo.from_json(found.value))) or path not in own.owned:
             return
         own.owned.discard(path)
-        for key in [
-            k for k in [*self.topics, *self.non_persistent.topics] if own.bundle_path(TopicName.parse(k)) == path
-        ]:
+        names = [(k, self.topics.name_of(k)) for k in self.topics]
+        names += [(k, TopicName.parse(k)) for k in self.non_persistent.topics]
+        for key in [k for k, name in names if own.bundle_path(name) == path]:
             log.warning("lost ownership of %s: unloading %s", path, key)
             await self.unload_topic(key)
 
@@ -431,12 +432,9 @@ class BrokerService:
         local = parts[3] if parts[0] == paths.TOPICS.strip("/") and len(parts) > 3 else None
         if local is None:
             self.non_persistent.namespace_policies_changed(tenant, ns)
-        for key, topic in list(self.topics.items()):
-            name = TopicName.parse(key)
-            if name.tenant != tenant or name.namespace != ns:
-                continue
-            if local is not None and local not in (name.local_name, name.partitioned_base.local_name):
-                continue
+        keys = self.topics.in_namespace(tenant, ns) if local is None else self.topics.named(tenant, ns, local)
+        for key in keys:
+            topic, name = self.topics[key], self.topics.name_of(key)
             task = asyncio.get_running_loop().create_task(self._refresh_policies(name, topic))
             self._refreshing.add(task)
             task.add_done_callback(self._refreshing.discard)
