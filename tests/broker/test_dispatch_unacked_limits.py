@@ -112,3 +112,30 @@ async def test_exclusive_and_failover_are_not_limited(ml: ManagedLedger, sub_typ
     await sink.wait_until(lambda: len(sink.messages) == 25)
     assert not cons.blocked and not sub.blocked_on_unacked
     sub.close()
+
+
+async def test_the_subscription_total_follows_its_consumers(ml: ManagedLedger) -> None:
+    """The subscription's unacked total is kept by its consumers (no per-entry sum over them): it
+    equals their sum through deliveries, acks and consumers leaving."""
+    sink = FakeSink()
+    sub = await subscription(ml, c.SUB_SHARED)
+    a, b = consumer(sink, 1, permits=1000), consumer(sink, 2, permits=1000)
+    sub.add_consumer(a, c.SUB_SHARED)
+    sub.add_consumer(b, c.SUB_SHARED)
+
+    def consistent() -> bool:
+        held = sum(x.unacked.messages for x in sub.dispatcher.consumers)
+        return sub.unacked_messages() == held and sub.stats()["unackedMessages"] == held
+
+    await _publish(ml, 20)
+    await sink.wait_until(lambda: len(sink.messages) == 20)
+    assert sub.unacked_messages() == 20 and consistent()
+    await sub.ack(a, c.ACK_INDIVIDUAL, [m.pos for m in sink.of(1)][:3])
+    assert consistent() and sub.unacked_messages() == 17
+    held_by_b = b.unacked.messages
+    sub.remove_consumer(b)  # its entries go back and are redelivered to ``a``
+    await sink.wait_until(lambda: a.unacked.messages == 17)
+    assert consistent() and sub.unacked_messages() == 17 and held_by_b > 0
+    sub.remove_consumer(a)
+    assert sub.unacked_messages() == 0
+    sub.close()

@@ -55,18 +55,44 @@ class MessageSink(Protocol):
         """Failover: tell the consumer it became (or stopped being) the active one."""
 
 
+class UnackedCount:
+    """A subscription's unacked-message total, kept by its consumers' ``UnackedEntries``: the
+    subscription limit is checked for every entry dispatched, and summing every consumer's count
+    there cost O(consumers) per entry."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self) -> None:
+        self.messages = 0
+
+
 class UnackedEntries:
     """Entries delivered to one consumer and not yet acknowledged, each with how many of its
-    messages are unacknowledged; ``messages`` is their sum, kept current on every change."""
+    messages are unacknowledged; ``messages`` is their sum, kept current on every change, and so
+    is the ``UnackedCount`` of the subscription it is ``share``-d with."""
 
-    __slots__ = ("_entries", "messages")
+    __slots__ = ("_entries", "_shared", "messages")
 
     def __init__(self) -> None:
         self._entries: dict[Position, int] = {}
         self.messages = 0
+        self._shared: UnackedCount | None = None
+
+    def share(self, total: UnackedCount | None) -> None:
+        """Count into ``total`` from now on (what is held now moves over); None detaches."""
+        if self._shared is not None:
+            self._shared.messages -= self.messages
+        self._shared = total
+        if total is not None:
+            total.messages += self.messages
+
+    def _add(self, delta: int) -> None:
+        self.messages += delta
+        if self._shared is not None:
+            self._shared.messages += delta
 
     def __setitem__(self, pos: Position, count: int) -> None:
-        self.messages += count - self._entries.get(pos, 0)
+        self._add(count - self._entries.get(pos, 0))
         self._entries[pos] = count
 
     def __getitem__(self, pos: Position) -> int:
@@ -76,12 +102,12 @@ class UnackedEntries:
         count = self._entries.pop(pos, None)
         if count is None:
             return default
-        self.messages -= count
+        self._add(-count)
         return count
 
     def clear(self) -> None:
         self._entries.clear()
-        self.messages = 0
+        self._add(-self.messages)
 
     def __contains__(self, pos: object) -> bool:
         return pos in self._entries

@@ -38,7 +38,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
-from magnetar.broker.consumer import ServerConsumer
+from magnetar.broker.consumer import ServerConsumer, UnackedCount
 from magnetar.broker.delayed_delivery import DelayedDeliveryTracker, now_ms
 from magnetar.broker.dispatchers import Dispatcher, check_joinable, dispatcher_for
 from magnetar.broker.dispatchers.key_shared import KeySharedDispatcher
@@ -127,6 +127,7 @@ class Subscription:
         self.max_unacked_per_consumer = 0
         self.max_unacked_per_subscription = 0
         self.blocked_on_unacked = False
+        self._unacked = UnackedCount()  # the consumers' unacked messages, kept by them
 
     @property
     def sub_type(self) -> str:
@@ -148,7 +149,7 @@ class Subscription:
         return self.max_unacked_per_consumer if self._limits_apply() else 0
 
     def unacked_messages(self) -> int:
-        return sum(cons.unacked.messages for cons in self.dispatcher.consumers)
+        return self._unacked.messages
 
     def _after_acks(self) -> None:
         """Acknowledgements (or returns) lowered the unacked counts: lift the blocks they lifted
@@ -177,6 +178,7 @@ class Subscription:
         had_consumers = bool(self.dispatcher.consumers)
         previous_active = self.dispatcher.active_consumer
         self.dispatcher.add(consumer)
+        consumer.unacked.share(self._unacked)
         if self.dispatcher.by_key:
             if (
                 had_consumers
@@ -195,6 +197,7 @@ class Subscription:
         for waiters in self._drain_waiters.values():
             waiters.discard(consumer)
         self._return_unacked(consumer, list(consumer.unacked))
+        consumer.unacked.share(None)  # what it still holds (not this subscription's to return) stops counting
         if self.dispatcher.by_key:
             self._unpark_all()
         self._hand_over(previous_active)
