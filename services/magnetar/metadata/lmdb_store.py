@@ -23,8 +23,9 @@ for milliseconds, and writes are serialized in submission order, which keeps com
 simple. They are group-committed: the writes queued while a commit runs go into the next
 transaction together (at most ``MAX_GROUP``), each checked and applied in order, and each answered
 only after that transaction's commit. One fsync then serves many writes: loading a topic takes
-several, and one transaction each made topic loading wait on the disk (about 300 topics/s). Reads run inline on the loop: at microseconds, a thread hop (~50 µs) would cost more
-than it saves. A read after an awaited write always sees it (the write committed first).
+several, and one transaction each made topic loading wait on the disk (about 300 topics/s).
+Reads run inline on the loop: at microseconds, a thread hop (~50 µs) would cost more than it
+saves. A read after an awaited write always sees it (the write committed first).
 
 Watches are in-process only. Callbacks are scheduled with ``loop.call_soon`` after the write has
 committed, so a watcher that reacts by reading sees the new state.
