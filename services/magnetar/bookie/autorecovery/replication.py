@@ -48,8 +48,10 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from magnetar.bookie.autorecovery.underreplication import (
     DECOMMISSIONING,
@@ -363,12 +365,7 @@ class ReplicationWorker:
                 if self._metrics is not None:
                     self._metrics.rereplicated_entries.inc()
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                for _ in range(min(self.copy_concurrency, max(len(jobs), 1))):
-                    group.create_task(pump())
-        except BaseExceptionGroup as failed:
-            raise _first_leaf(failed) from None
+        await _run_pumps(pump, min(self.copy_concurrency, max(len(jobs), 1)))
         log.info("replication worker %s: ledger %d: %d damaged copies rewritten", self.worker_id, ledger_id, len(jobs))
 
     async def _choose(self, fragment: Fragment, slots: list[int], excluded: set[str]) -> dict[int, str]:
@@ -407,12 +404,7 @@ class ReplicationWorker:
                 if self._metrics is not None:
                     self._metrics.rereplicated_entries.inc()
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                for _ in range(min(self.copy_concurrency, max(len(entries), 1))):
-                    group.create_task(pump())
-        except BaseExceptionGroup as failed:
-            raise _first_leaf(failed) from None
+        await _run_pumps(pump, min(self.copy_concurrency, max(len(entries), 1)))
         changes = [Replacement(fragment.first_entry, s, fragment.bookies[s], new) for s, new in chosen.items()]
         await self._switch(ledger_id, changes)
         log.info(
@@ -470,6 +462,17 @@ class ReplicationWorker:
                 chosen = await self._choose(fragment, slots, missing | decommissioning)
                 changes += [Replacement(fragment.first_entry, s, fragment.bookies[s], n) for s, n in chosen.items()]
         return await self._switch(ledger_id, changes) if changes else md
+
+
+async def _run_pumps(pump: Callable[[], Coroutine[Any, Any, None]], how_many: int) -> None:
+    """Run ``how_many`` copies of ``pump`` at once (they share one iterator of work) and raise the
+    first failure itself, not the group that wraps it."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(how_many):
+                group.create_task(pump())
+    except BaseExceptionGroup as failed:
+        raise _first_leaf(failed) from None
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
