@@ -55,6 +55,21 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], *, within: float,
         await asyncio.sleep(interval)  # polling interval
 
 
+async def hold_until(deadline: float, *, what: str, interval: float = 0.2) -> None:
+    """Keep a fault in place until ``time.monotonic()`` reaches ``deadline`` (the length of the
+    fault, not a wait for an event)."""
+
+    async def passed() -> bool:
+        return time.monotonic() >= deadline
+
+    await eventually(passed, within=max(0.0, deadline - time.monotonic()) + 5, what=what, interval=interval)
+
+
+async def hold(seconds: float, *, what: str = "the fault's duration", interval: float = 0.2) -> None:
+    """``hold_until`` ``seconds`` from now."""
+    await hold_until(time.monotonic() + seconds, what=what, interval=interval)
+
+
 async def in_thread(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
     """Run a blocking harness call (start, restart, stop) without stalling the workload."""
     return await asyncio.to_thread(fn, *args, **kw)

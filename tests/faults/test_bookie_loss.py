@@ -15,6 +15,7 @@ from tests.faults.nemesis import (
     current_ledger,
     eventually,
     finish,
+    hold_until,
     in_thread,
     ledger_metadata,
     underreplicated,
@@ -134,9 +135,7 @@ async def test_kill9_two_bookies_at_once_never_acks_below_the_ack_quorum(cluster
     # With one bookie of three left no entry can reach Qa = 2: nothing may be acknowledged while
     # they are down (after a short grace for acks already on their way when the signal landed).
     down_for = 8.0
-    await eventually(
-        lambda: _after(t_kill + down_for), within=down_for + 5, what="the bookies stayed down", interval=0.2
-    )
+    await hold_until(t_kill + down_for, what="the bookies stayed down")
     t_restart = time.monotonic()
     acked_while_down = [op for op in wl.acked_after(t_kill + 2.0) if op.t_complete and op.t_complete < t_restart]
     for v in victims:
@@ -159,7 +158,3 @@ async def test_kill9_two_bookies_at_once_never_acks_below_the_ack_quorum(cluster
     assert res.valid, res.summary()
     assert not beyond, beyond
     assert not acked_while_down, [(op.value, op.pos) for op in acked_while_down[:5]]
-
-
-async def _after(t: float) -> bool:
-    return time.monotonic() >= t

@@ -49,6 +49,7 @@ from tests.faults.nemesis import (
     current_ledger,
     eventually,
     finish,
+    hold,
     in_thread,
     ledger_metadata,
     owner_of,
@@ -243,16 +244,6 @@ async def judge(pc: Proxied, wl: QueueWorkload, scenario: str, seed: int, **figu
     # Every acknowledgement came through a broker's proxy: a client that reached a broker
     # directly (a lookup answering the real port) would show up as "?" here.
     assert "?" not in served["writers"].values(), served
-
-
-async def wait_after(t: float) -> bool:
-    return time.monotonic() >= t
-
-
-async def hold(seconds: float) -> None:
-    """Keep a fault in place for ``seconds`` (the length of the fault, not a wait for an event)."""
-    deadline = time.monotonic() + seconds
-    await eventually(lambda: wait_after(deadline), within=seconds + 5, what="the fault's duration", interval=0.2)
 
 
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")

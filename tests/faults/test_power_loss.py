@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.faults.nemesis import current_ledger, eventually, finish, in_thread, record
+from tests.faults.nemesis import current_ledger, finish, hold_until, in_thread, record
 from tests.faults.workload import QueueWorkload
 from tests.support.lazyfs import lazyfs_available
 from tests.support.lazyfs_control import LazyCluster, lazy_cluster
@@ -67,7 +67,7 @@ async def _power_cycle_bookies(
     t_fault = time.monotonic()
     await in_thread(lazy.power_loss, victims)
     wl.event(f"power loss of {[v.name for v in victims]} (ensemble of ledger {ledger_id}: {before.last_ensemble})")
-    await eventually(lambda: _after(t_fault + down_s), within=down_s + 5, what="down time", interval=0.1)
+    await hold_until(t_fault + down_s, what="down time", interval=0.1)
     await in_thread(lazy.power_on, victims)
     t_up = time.monotonic()
     wl.event(f"power back on {[v.name for v in victims]}")
@@ -182,7 +182,3 @@ async def test_control_whole_rack_with_sync_off_loses_acknowledged_entries(
     )
     assert disk["acked_entries_on_no_disk"] > 0, disk
     assert res.counts()["lost"] > 0, res.summary()
-
-
-async def _after(t: float) -> bool:
-    return time.monotonic() >= t

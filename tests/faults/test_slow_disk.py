@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from tests.faults.checker import OK
-from tests.faults.nemesis import current_ledger, eventually, finish, in_thread
+from tests.faults.nemesis import current_ledger, eventually, finish, hold, in_thread
 from tests.faults.workload import QueueWorkload
 from tests.support.lazyfs import lazyfs_available
 from tests.support.lazyfs_control import LazyCluster, lazy_cluster, samples, scrape
@@ -82,15 +82,6 @@ def _commit_seconds(text: str, bookie: str) -> tuple[float, float]:
     return total, count
 
 
-async def _wait(seconds: float) -> None:
-    until = time.monotonic() + seconds
-
-    async def passed() -> bool:
-        return time.monotonic() >= until
-
-    await eventually(passed, within=seconds + 5, what=f"{seconds:.1f}s of workload", interval=0.1)
-
-
 async def _slow_disk(lazy: LazyCluster, topic: str, rng: random.Random) -> dict[str, Any]:
     """Baseline window, then one ensemble bookie's syncs delayed; returns the figures."""
     c = lazy.cluster
@@ -100,7 +91,7 @@ async def _slow_disk(lazy: LazyCluster, topic: str, rng: random.Random) -> dict[
     await wl.wait_acked(300, within=60)
     window = rng.uniform(5.0, 7.0)
     t0 = time.monotonic()
-    await _wait(window)
+    await hold(window, what=f"{window:.1f}s of workload", interval=0.1)
     before = _latencies(wl, t0, t0 + window)
     ledger_id, md = await current_ledger(c, wl)
     victim = rng.choice(list(md.last_ensemble))
@@ -117,7 +108,7 @@ async def _slow_disk(lazy: LazyCluster, topic: str, rng: random.Random) -> dict[
     # Measure a window of the same length while the disk is slow (starting once the bookie's
     # queue reached its slow steady state, i.e. from the report on).
     t1 = time.monotonic()
-    await _wait(window)
+    await hold(window, what=f"{window:.1f}s of workload", interval=0.1)
     during = _latencies(wl, t1, t1 + window)
     reported_end = await _slow_reported(lazy)
     commit_during = _commit_seconds(await in_thread(scrape, bookie_metrics), victim)
