@@ -8,6 +8,7 @@ answers with Pulsar's non-persistent stats and refuses the cursor verbs.
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import time
@@ -105,13 +106,19 @@ def test_a_slow_consumer_drops_and_counts_while_a_fast_subscription_gets_everyth
         assert stats["msgDropCounter"] == 15 and stats["msgOutCounter"] == 25
         assert poll(lambda: topic_stats(standalone, topic)["subscriptions"]["slow"]["msgDropRate"] > 0)
         assert stats["publishers"][0]["msgDropRate"] == 0.0
+        # The per-subscription drop rate, read at scrape time while the subscription is there.
+        text = urllib.request.urlopen(standalone.admin_url + "/metrics", timeout=10).read().decode()
+        rate = re.search(
+            rf'^magnetar_subscription_msg_drop_rate{{subscription="slow",topic="{topic}"}} (\S+)$', text, re.M
+        )
+        assert rate is not None and float(rate.group(1)) > 0, text[-2000:]
         wire.send(c.flow(1, 10))  # permits back: the next messages reach it again
         publish(wire, 1, 20, b"m20")
         assert next_message(wire, 1)["payload"]
     metrics = poll(lambda: _metric(standalone, "magnetar_broker_messages_dropped_total") >= 15)
     assert metrics
     text = urllib.request.urlopen(standalone.admin_url + "/metrics", timeout=10).read().decode()
-    assert f'magnetar_subscription_msg_drop_rate{{subscription="slow",topic="{topic}"}}' in text
+    assert f'subscription="slow",topic="{topic}"' not in text, "a subscription gone with its consumer is not reported"
 
 
 def admin_cli(sa: StandaloneProcess, *args: str) -> subprocess.CompletedProcess[str]:

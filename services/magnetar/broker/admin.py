@@ -32,6 +32,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from magnetar.broker import subscription_admin as sa
+from magnetar.broker import topic_metrics
 from magnetar.broker.admin_bookies import add_bookie_routes
 from magnetar.broker.admin_names import names_middleware
 from magnetar.broker.auth.http import auth_middleware, outgoing_headers
@@ -282,6 +283,10 @@ class AdminServer:
         body = generate_latest(self.service.metrics.registry)
         for reg in self.service.extra_registries:
             body += generate_latest(reg)
+        # Per-topic families: read from the loaded topics in slices, rendered off the loop.
+        svc = self.service
+        families = await topic_metrics.collect(list(svc.topics.items()), list(svc.non_persistent.topics.items()))
+        body += await topic_metrics.render(families)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     # ------------------------------------------------------------------ tenants

@@ -13,7 +13,6 @@ from magnetar.ledger.bookie_latency import BOOKIE_LATENCY, BUCKETS, BookieLatenc
 
 if TYPE_CHECKING:
     from magnetar.broker.non_persistent_topic import NonPersistentTopic
-    from magnetar.broker.topic import PersistentTopic
 
 
 class BrokerMetrics:
@@ -27,30 +26,12 @@ class BrokerMetrics:
         self.msgs_in = Counter("magnetar_broker_messages_in", "Messages published (durable)", registry=r)
         self.bytes_in = Counter("magnetar_broker_bytes_in", "Payload bytes published (durable)", registry=r)
         self.msgs_out = Counter("magnetar_broker_messages_out", "Messages dispatched to consumers", registry=r)
-        self.topics = Gauge("magnetar_broker_topics", "Topics loaded on this broker", registry=r)
-        self.storage = Gauge("magnetar_topic_storage_size", "Bytes stored per topic", ["topic"], registry=r)
-        self.backlog = Gauge(
-            "magnetar_subscription_backlog",
-            "Unacknowledged entries per subscription",
-            ["topic", "subscription"],
-            registry=r,
-        )
-        self.rate_in = Gauge("magnetar_topic_msg_rate_in", "Messages/s published per topic", ["topic"], registry=r)
-        self.rate_out = Gauge("magnetar_topic_msg_rate_out", "Messages/s dispatched per topic", ["topic"], registry=r)
-        # Rate limits (rate_limit.py): Pulsar's pulsar_publish_rate_limit_times and the
-        # dispatchThrottled*Events* subscription stats, plus the time connections spent paused.
+        # Per-topic and per-subscription families (topics, storage, backlog, rates, rate-limit
+        # events, drop rates) are read from the loaded topics at scrape time: topic_metrics.py.
+        # The time connections spent paused by publish rate limits (rate_limit.py):
         self.publish_throttled_seconds = Counter(
             "magnetar_broker_publish_throttled_seconds",
             "Seconds connections spent with reading paused by publish rate limits",
-            registry=r,
-        )
-        self.publish_rate_limit_times = Gauge(
-            "magnetar_publish_rate_limit_times", "Times a topic went over its publish rate", ["topic"], registry=r
-        )
-        self.dispatch_throttled_events = Gauge(
-            "magnetar_subscription_dispatch_throttled_events",
-            "Dispatch reads cut short by a rate limit (limit: topic or subscription; unit: msg or bytes)",
-            ["topic", "subscription", "limit", "unit"],
             registry=r,
         )
         # Non-persistent topics: messages dropped for subscriptions whose consumers had no permits.
@@ -59,40 +40,15 @@ class BrokerMetrics:
             "Non-persistent messages dropped (no consumer could take them)",
             registry=r,
         )
-        self.drop_rate = Gauge(
-            "magnetar_subscription_msg_drop_rate",
-            "Non-persistent messages/s dropped per subscription (Pulsar's pulsar_subscription_msg_drop_rate)",
-            ["topic", "subscription"],
-            registry=r,
-        )
         self._dropped_seen: dict[str, int] = {}
         # Per-bookie add latency as this broker's ledger writers see it, and which bookie is slow
         # (ledger/bookie_latency.py): read at scrape time.
         r.register(BookieLatencyCollector(BOOKIE_LATENCY))
 
-    def update(self, topics: Mapping[str, PersistentTopic]) -> None:
-        """Refresh the per-topic gauges from the broker's loaded topics (called once a second)."""
-        self.topics.set(len(topics))
+    def count_drops(self, topics: Mapping[str, NonPersistentTopic]) -> None:
+        """Add the non-persistent messages dropped since the last call to the broker's counter
+        (called once a second)."""
         for name, topic in topics.items():
-            self.storage.labels(name).set(topic.ml.total_size)
-            self.rate_in.labels(name).set(topic.rate_in.msg_rate)
-            self.rate_out.labels(name).set(topic.rate_out.msg_rate)
-            self.publish_rate_limit_times.labels(name).set(topic.rate_limits.publish.limited_times)
-            for sub_name, sub in topic.subscriptions.items():
-                self.backlog.labels(name, sub_name).set(sub.cursor.backlog)
-                for key, count in sub.dispatch_gate.events.items():
-                    unit, limit = key.split("_")
-                    self.dispatch_throttled_events.labels(name, sub_name, limit, unit).set(count)
-
-    def update_non_persistent(self, topics: Mapping[str, NonPersistentTopic]) -> None:
-        """The same per-topic gauges for non-persistent topics (no storage, no backlog), their
-        drop rates, and the drop counter (called once a second, after ``update``)."""
-        self.topics.inc(len(topics))
-        for name, topic in topics.items():
-            self.rate_in.labels(name).set(topic.rate_in.msg_rate)
-            self.rate_out.labels(name).set(topic.rate_out.msg_rate)
-            for sub_name, sub in topic.subscriptions.items():
-                self.drop_rate.labels(name, sub_name).set(sub.drop_rate.msg_rate)
             dropped = topic.msg_drop
             delta = dropped - self._dropped_seen.get(name, 0)
             if delta > 0:

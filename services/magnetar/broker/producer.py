@@ -36,6 +36,11 @@ class Rate:
         self.msg_rate = 0.0
         self.bytes_rate = 0.0
 
+    def rebase(self, msgs: int, nbytes: int) -> None:
+        """Start the next interval now, at these counts: a topic that was idle (and not sampled)
+        measures its first interval from when traffic resumed, not from its last sample."""
+        self._last_t, self._last_msgs, self._last_bytes = time.monotonic(), msgs, nbytes
+
     def sample(self, msgs: int, nbytes: int) -> None:
         now = time.monotonic()
         dt = now - self._last_t

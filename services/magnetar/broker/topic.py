@@ -51,6 +51,10 @@ class PersistentTopic:
         self.bytes_in = 0
         self.rate_in = Rate()
         self.rate_out = Rate()
+        # The broker samples the rates of topics with traffic only (rate_sampler.py): the first
+        # publish or subscription after an idle spell calls ``on_traffic`` to join its set again.
+        self.on_traffic: Callable[[PersistentTopic], None] | None = None
+        self._sampled = False
         # Topic compaction (compaction/controller.py): set by the service once its record is loaded.
         self.compaction: TopicCompaction | None = None
         # Publish and dispatch rate limits (rate_limit.py), re-read whenever the policies change.
@@ -119,6 +123,8 @@ class PersistentTopic:
                 producer.fenced = ticket.exception()
             return ticket
         count = int(meta.get("n", 1))
+        if not self._sampled:
+            self._traffic()
         producer.msg_in += count
         self.msg_in += count
         self.bytes_in += len(payload)
@@ -175,6 +181,8 @@ class PersistentTopic:
             cursor = await self.ml.open_cursor(sub_name, start_at_earliest=earliest)
             sub = self.subscriptions.get(sub_name) or Subscription(self.name, self.ml, cursor, sub_type)
             self.subscriptions[sub_name] = sub
+        if not self._sampled:
+            self._traffic()
         self.rate_limits.attach(sub)
         sub.set_unacked_limits(
             self.config.max_unacked_messages_per_consumer, self.config.max_unacked_messages_per_subscription
@@ -201,12 +209,31 @@ class PersistentTopic:
         await self.ml.delete_cursor(sub_name)
 
     # ------------------------------------------------------------------ stats
-    def sample_rates(self) -> None:
+    def _out_counts(self) -> tuple[int, int]:
+        subs = self.subscriptions.values()
+        return sum(s.msg_out for s in subs), sum(s.bytes_out for s in subs)
+
+    def _traffic(self) -> None:
+        """Traffic after an idle spell: rebase the rates on the counts before it and rejoin the
+        broker's sampled set."""
+        self._sampled = True
+        self.rate_in.rebase(self.msg_in, self.bytes_in)
+        self.rate_out.rebase(*self._out_counts())
+        if self.on_traffic is not None:
+            self.on_traffic(self)
+
+    def sample_rates(self) -> bool:
+        """Sample the rates over the last interval; False once the topic is idle (both rates 0 and
+        no consumer connected) or closed, when the broker stops sampling it until its next traffic."""
         self.rate_in.sample(self.msg_in, self.bytes_in)
-        out_msgs = sum(s.msg_out for s in self.subscriptions.values())
-        out_bytes = sum(s.bytes_out for s in self.subscriptions.values())
-        self.rate_out.sample(out_msgs, out_bytes)
+        self.rate_out.sample(*self._out_counts())
         self.rate_limits.publish_rates(self.rate_in.msg_rate, self.rate_in.bytes_rate)
+        busy = not self.ml.closed and (
+            bool(self.rate_in.msg_rate or self.rate_out.msg_rate)
+            or any(s.dispatcher.consumers for s in self.subscriptions.values())
+        )
+        self._sampled = busy
+        return busy
 
     def stats(self) -> dict[str, Any]:
         return {

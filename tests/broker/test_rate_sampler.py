@@ -1,0 +1,70 @@
+"""The broker samples the rates of the topics with traffic only (broker/rate_sampler.py).
+
+A real ``PersistentTopic`` on a real managed ledger (tests/broker/conftest.py): a subscription
+brings it into the sampled set, it stays while a consumer is connected or a rate is not 0, and it
+leaves at the first sample that finds it idle; closing its managed ledger makes it leave too. With
+every loaded topic sampled each second (the old tick), ``join`` would never be called and the
+first test fails.
+"""
+
+from __future__ import annotations
+
+from tests.broker.conftest import FakeSink, consumer
+
+from magnetar.broker.rate_sampler import RateSampler
+from magnetar.broker.topic import PersistentTopic
+from magnetar.managed_ledger import ManagedLedger
+from magnetar.protocol import commands as c
+
+
+class _Counted:
+    """A topic whose ``sample_rates`` answers from a list, counting its calls."""
+
+    def __init__(self, *answers: bool) -> None:
+        self.answers = list(answers)
+        self.samples = 0
+
+    def sample_rates(self) -> bool:
+        self.samples += 1
+        return self.answers.pop(0)
+
+
+def test_only_topics_that_joined_are_sampled_and_idle_ones_leave() -> None:
+    sampler = RateSampler()
+    busy, idle, never = _Counted(True, True, False), _Counted(False), _Counted(True)
+    sampler.join(busy)
+    sampler.join(idle)
+    sampler.tick()
+    assert (busy.samples, idle.samples, never.samples) == (1, 1, 0)
+    assert busy in sampler and idle not in sampler and len(sampler) == 1
+    sampler.tick()
+    sampler.tick()
+    assert busy.samples == 3 and busy not in sampler and len(sampler) == 0
+    sampler.tick()
+    assert busy.samples == 3, "an idle topic is not sampled again until it rejoins"
+
+
+async def test_a_topic_joins_on_traffic_and_leaves_once_idle_or_closed(ml: ManagedLedger) -> None:
+    sampler = RateSampler()
+    topic = PersistentTopic("persistent://public/default/rates", ml)
+    topic.on_traffic = sampler.join
+    assert topic not in sampler, "a loaded topic without traffic is not sampled"
+
+    sink = FakeSink()
+    first = consumer(sink, 1, permits=10)
+    sub = await topic.subscribe("s", c.SUB_SHARED, first, earliest=True)
+    assert topic in sampler, "a subscription is traffic: the topic joins the sampled set"
+    sampler.tick()
+    assert topic in sampler, "a topic with a connected consumer stays sampled"
+
+    sub.remove_consumer(first)
+    sampler.tick()
+    assert topic not in sampler, "idle (rates 0, no consumer): the topic leaves the sampled set"
+    assert topic.rate_in.msg_rate == 0 and topic.rate_out.msg_rate == 0
+
+    second = consumer(sink, 2, permits=10)
+    await topic.subscribe("s", c.SUB_SHARED, second, earliest=True)
+    assert topic in sampler, "traffic after an idle spell brings it back"
+    await ml.close()
+    sampler.tick()
+    assert topic not in sampler, "a closed topic leaves even with a consumer still attached"
