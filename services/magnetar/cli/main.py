@@ -29,7 +29,14 @@ def _run_until_signal(
 
     A port already taken ends it with one line naming the port and the flag (``flags``: listener
     → option) that chooses another, and exit code 1."""
+    from magnetar.node import gc_policy
     from magnetar.node.ports import PortInUse
+
+    try:
+        gc_plan = gc_policy.from_env()
+    except ValueError as exc:
+        print(f"magnetar {role}: {exc}", file=sys.stderr, flush=True)
+        return 2
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -37,9 +44,13 @@ def _run_until_signal(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stopping.set)
         await start()
+        if gc_plan is not None:
+            gc_plan.start()  # the started service's heap is the long-lived one (gc_policy.py)
         print(banner(), flush=True)
         await stopping.wait()
         print("magnetar: shutting down", flush=True)
+        if gc_plan is not None:
+            gc_plan.uninstall()
         await stop()
 
     try:
