@@ -100,6 +100,11 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50000
     max_unacked_messages_per_subscription: int = 200000
     max_concurrent_lookup_request: int = 50000
+    # Topic loads in progress at once (broker/topic_loads.py): Pulsar's broker-wide
+    # maxConcurrentTopicLoadRequest, and a per-tenant share (Magnetar's) so that one tenant
+    # loading thousands of topics does not fill the loop's turns; 0: no limit. The excess waits.
+    max_concurrent_topic_load_request: int = 5000
+    max_concurrent_topic_loads_per_tenant: int = 8
     pre_authentication_max_frame_size: int = 64 * 1024
     pre_authentication_timeout_seconds: float = 30.0
     # Schemas (broker/schema_admission.py, WIRE.md R124), Pulsar's names and defaults: the last level

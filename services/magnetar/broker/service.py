@@ -39,8 +39,10 @@ from magnetar.broker.non_persistent_registry import NonPersistentTopics
 from magnetar.broker.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.ownership import BrokerInfo, Ownership
 from magnetar.broker.policies import EffectivePolicies
+from magnetar.broker.rate_sampler import RateSampler
 from magnetar.broker.resources import Conflict, Resources
 from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic_loads import TopicLoadSlots
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedger
 from magnetar.managed_ledger.clock import policy_time
@@ -84,6 +86,10 @@ class BrokerService:
         self.resources = Resources(store)
         self.metrics = metrics or BrokerMetrics()
         self.topics = LoadedTopics()  # str(name) -> topic, indexed by namespace and name
+        self.rate_sampler = RateSampler()  # the loaded topics with traffic, sampled each second
+        self.load_slots = TopicLoadSlots(
+            config.max_concurrent_topic_load_request, config.max_concurrent_topic_loads_per_tenant
+        )
         # Non-persistent topics: no managed ledger, so not in ``topics`` (non_persistent_registry).
         self.non_persistent = NonPersistentTopics(self)
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
@@ -300,11 +306,9 @@ class BrokerService:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(1.0)
-            for topic in list(self.topics.values()):
-                topic.sample_rates()
-            self.metrics.update(self.topics)
+            self.rate_sampler.tick()  # the topics with traffic only: O(active), not O(loaded)
             self.non_persistent.sample_rates()
-            self.metrics.update_non_persistent(self.non_persistent.topics)
+            self.metrics.count_drops(self.non_persistent.topics)
 
     async def stop(self) -> None:
         """Graceful unload: leave the live set, hand topics over, seal ledgers, release bundles.
@@ -364,10 +368,11 @@ class BrokerService:
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[key] = fut
         try:
-            topic = await self._load(name, create)
-            topic.compaction = await TopicCompaction.load(
-                topic, self.store, self.ledgers, retain_null_key=self.config.topic_compaction_retain_null_key
-            )
+            async with self.load_slots.slot(name.tenant):  # topic_loads.py: a tenant's share of the loop
+                topic = await self._load(name, create)
+                topic.compaction = await TopicCompaction.load(
+                    topic, self.store, self.ledgers, retain_null_key=self.config.topic_compaction_retain_null_key
+                )
             self.topics[key] = topic
             fut.set_result(topic)
             return topic
@@ -396,7 +401,9 @@ class BrokerService:
             name.path, self.store, self.ledgers, self._ml_config(eff), entry_messages=entry_messages
         )
         log.info("loaded topic %s (E/Qw/Qa %s/%s/%s)", name, eff.ensemble_size, eff.write_quorum, eff.ack_quorum)
-        return PersistentTopic(str(name), ml, policies=eff, config=self.config)
+        topic = PersistentTopic(str(name), ml, policies=eff, config=self.config)
+        topic.on_traffic = self.rate_sampler.join
+        return topic
 
     async def resolve_policies(self, name: TopicName) -> EffectivePolicies:
         """The policies ``name`` runs with now: its topic-level ones (a partition's live on its

@@ -82,6 +82,8 @@ KEYS: dict[str, dict[str, str]] = {
         "maxUnackedMessagesPerConsumer": "max_unacked_messages_per_consumer",
         "maxUnackedMessagesPerSubscription": "max_unacked_messages_per_subscription",
         "maxConcurrentLookupRequest": "max_concurrent_lookup_request",
+        "maxConcurrentTopicLoadRequest": "max_concurrent_topic_load_request",
+        "maxConcurrentTopicLoadsPerTenant": "max_concurrent_topic_loads_per_tenant",
         "preAuthenticationMaxFrameSize": "pre_authentication_max_frame_size",
         "preAuthenticationTimeoutSeconds": "pre_authentication_timeout_seconds",
         # Advertised listeners (cli/listener_flags.py, broker/advertised_listeners.py)

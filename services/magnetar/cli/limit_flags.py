@@ -2,8 +2,8 @@
 
 One flag per setting, the broker.conf name in kebab case (``--broker-max-connections-per-ip`` for
 ``brokerMaxConnectionsPerIp``); config files use the broker.conf names (cli/config_file.py).
-Defaults are Pulsar's (0 = unlimited, 50000 lookups, 50000 and 200000 unacked messages per
-consumer and per subscription) and Magnetar's for the settings Pulsar lacks.
+Defaults are Pulsar's (0 = unlimited, 50000 lookups, 5000 topic loads, 50000 and 200000 unacked
+messages per consumer and per subscription) and Magnetar's for the settings Pulsar lacks.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ _INT_FLAGS = {
     "max_unacked_messages_per_consumer": 50000,
     "max_unacked_messages_per_subscription": 200000,
     "max_concurrent_lookup_request": 50000,
+    "max_concurrent_topic_load_request": 5000,
+    "max_concurrent_topic_loads_per_tenant": 8,
     "pre_authentication_max_frame_size": 64 * 1024,
 }
 
