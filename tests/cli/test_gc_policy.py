@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 CHILD = textwrap.dedent(
     """
@@ -78,29 +79,12 @@ def test_survivors_are_frozen_and_a_sweep_frees_frozen_garbage() -> None:
     assert out["frozen_after_uninstall"] == 0, out
 
 
-def test_a_bad_setting_is_refused_by_the_server_command(tmp_path: object) -> None:
+def test_a_bad_setting_is_refused_by_the_server_command(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "magnetar.cli.main", "standalone", "--data-dir", str(tmp_path)]
     for env, word in (
         ({"MAGNETAR_GC_POLICY": "sometimes"}, "MAGNETAR_GC_POLICY"),
         ({"MAGNETAR_GC_SWEEP_SECONDS": "-1"}, "MAGNETAR_GC_SWEEP_SECONDS"),
     ):
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "magnetar.cli.main",
-                "standalone",
-                "--data-dir",
-                str(tmp_path),
-                "--port",
-                "0",
-                "--web-port",
-                "0",
-                "--bookie-port",
-                "0",
-            ],
-            env={**os.environ, **env},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and word in done.stderr, (done.returncode, done.stderr)
+        assert not (tmp_path / "bookie").exists(), "refused before anything was started"
