@@ -32,7 +32,8 @@ from tests.faults.checker import OK
 from tests.faults.nemesis import current_ledger, eventually, finish, hold, in_thread
 from tests.faults.workload import QueueWorkload
 from tests.support.lazyfs import lazyfs_available
-from tests.support.lazyfs_control import LazyCluster, lazy_cluster, samples, scrape
+from tests.support.lazyfs_control import LazyCluster, lazy_cluster
+from tests.support.metrics import samples, scrape
 
 from magnetar.ledger.bookie_latency import BookieLatency
 

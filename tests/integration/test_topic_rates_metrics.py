@@ -13,27 +13,17 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-import urllib.request
 
 import pytest
 from tests.support.admin import topic_path, topic_stats
+from tests.support.metrics import sample, scrape
 from tests.support.standalone import StandaloneProcess, admin_call
 
 from magnetar.client import aio
 
 
 def _scrape(sa: StandaloneProcess) -> str:
-    with urllib.request.urlopen(sa.admin_url + "/metrics", timeout=30) as resp:
-        return str(resp.read().decode())
-
-
-def _value(text: str, name: str, **labels: str) -> float | None:
-    """The sample of ``name`` with exactly these labels, None when absent."""
-    for line in text.splitlines():
-        m = re.match(rf"{name}\{{(.*)\}} (\S+)$", line)
-        if m and dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) == labels:
-            return float(m.group(2))
-    return None
+    return scrape(sa.admin_url + "/metrics", timeout=30)
 
 
 async def _until(what: str, check: object, within: float = 20.0) -> None:
@@ -55,7 +45,7 @@ async def test_rates_storage_and_backlog_follow_traffic_then_idle(standalone: St
         def publishing_seen() -> bool:
             stats = topic_stats(standalone, topic)
             text = _scrape(standalone)
-            rate = _value(text, "magnetar_topic_msg_rate_in", topic=topic)
+            rate = sample(text, "magnetar_topic_msg_rate_in", topic=topic)
             return stats["msgRateIn"] > 0 and rate is not None and rate > 0
 
         async def publish_until_seen() -> None:
@@ -69,8 +59,8 @@ async def test_rates_storage_and_backlog_follow_traffic_then_idle(standalone: St
         await publish_until_seen()
         await producer.flush()
         text = _scrape(standalone)
-        assert (_value(text, "magnetar_topic_storage_size", topic=topic) or 0) > 0
-        backlog = _value(text, "magnetar_subscription_backlog", topic=topic, subscription="held")
+        assert (sample(text, "magnetar_topic_storage_size", topic=topic) or 0) > 0
+        backlog = sample(text, "magnetar_subscription_backlog", topic=topic, subscription="held")
         assert backlog == sent, (backlog, sent)
         loaded = re.search(r"^magnetar_broker_topics (\S+)$", text, re.M)
         assert loaded is not None and float(loaded.group(1)) >= 1
@@ -83,7 +73,7 @@ async def test_rates_storage_and_backlog_follow_traffic_then_idle(standalone: St
             return stats["msgRateIn"] == 0 and stats["msgRateOut"] == 0
 
         await _until("both rates back to 0 once idle", idle)
-        assert _value(_scrape(standalone), "magnetar_topic_msg_rate_in", topic=topic) == 0
+        assert sample(_scrape(standalone), "magnetar_topic_msg_rate_in", topic=topic) == 0
 
     status, body = admin_call(standalone, "PUT", topic_path(topic) + "/unload")
     assert status == 204, body

@@ -6,10 +6,8 @@ and slow-disk scenarios: start/close the mounts with the cluster, cut the power 
 from __future__ import annotations
 
 import contextlib
-import re
 import signal
 import struct
-import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,20 +76,6 @@ class LazyCluster:
             return set()
         finally:
             env.close()
-
-
-def scrape(url: str, timeout: float = 5.0) -> str:
-    """The text of a Prometheus ``/metrics`` endpoint."""
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return str(resp.read().decode())
-
-
-def samples(text: str, name: str) -> dict[str, float]:
-    """``{first label value: value}`` of every sample of metric ``name`` (one-label metrics)."""
-    out: dict[str, float] = {}
-    for m in re.finditer(rf'^{re.escape(name)}\{{[a-z_]+="([^"]*)"[^}}]*\}} (\S+)$', text, re.M):
-        out[m.group(1)] = float(m.group(2))
-    return out
 
 
 @contextlib.contextmanager
