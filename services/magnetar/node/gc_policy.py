@@ -55,7 +55,6 @@ class GcPolicy:
     def __init__(self, sweep_seconds: float) -> None:
         self.sweep_seconds = sweep_seconds
         self.sweeps = 0
-        self.swept = 0  # garbage objects the sweeps found among the frozen
         self._frozen_after_sweep = 0
         self._timer: asyncio.TimerHandle | None = None
 
@@ -84,7 +83,6 @@ class GcPolicy:
         gc.freeze()
         self._frozen_after_sweep = gc.get_freeze_count()
         self.sweeps += 1
-        self.swept += found
         log.info(
             "gc sweep: %d garbage objects among %d frozen, %d kept, %.1f ms",
             found,
