@@ -29,7 +29,7 @@ def _run_until_signal(
 
     A port already taken ends it with one line naming the port and the flag (``flags``: listener
     → option) that chooses another, and exit code 1."""
-    from magnetar.node import gc_policy
+    from magnetar.node import descriptor_table, gc_policy
     from magnetar.node.ports import PortInUse
 
     try:
@@ -37,6 +37,7 @@ def _run_until_signal(
     except ValueError as exc:
         print(f"magnetar {role}: {exc}", file=sys.stderr, flush=True)
         return 2
+    descriptor_table.reserve()  # before the server's threads exist (descriptor_table.py)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
