@@ -245,6 +245,15 @@ class ServerConnection(asyncio.Protocol):
         self.service.connections.add(self)
         self.service.metrics.connections.inc()
 
+    def eof_received(self) -> bool | None:
+        """The client closed its side: close ours through the broker's closing queue, which spreads
+        thousands of such closes over loop turns (closing.py). TLS transports close themselves
+        (asyncio ignores True from a TLS protocol)."""
+        if self.transport is None or self.transport.get_extra_info("sslcontext") is not None:
+            return None
+        self.service.closing_connections.add(self.transport)
+        return True
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self not in self.service.connections:  # refused at accept (limits.py): nothing counted
             self._closed = True

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from magnetar.broker.advertised_listeners import choose, internal_listener
+from magnetar.broker.closing import ClosingQueue
 from magnetar.broker.compaction.controller import TopicCompaction, delete_compaction_state
 from magnetar.broker.compaction.monitor import run_monitor
 from magnetar.broker.config import BrokerConfig
@@ -107,6 +108,7 @@ class BrokerService:
         self.clock: Callable[[], float] = policy_time
         self._policy_checks = PolicyChecks(self)
         self.connections: set[Any] = set()
+        self.closing_connections = ClosingQueue()  # of clients that left (closing.py)
         self.ready = False
         self.closing = False
         self.clustered = clustered
