@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from tests.broker.conftest import FakeSink, consumer
 
+from magnetar.broker.non_persistent_topic import NonPersistentTopic
+from magnetar.broker.producer import ServerProducer
 from magnetar.broker.rate_sampler import RateSampler
 from magnetar.broker.topic import PersistentTopic
 from magnetar.managed_ledger import ManagedLedger
@@ -68,3 +70,36 @@ async def test_a_topic_joins_on_traffic_and_leaves_once_idle_or_closed(ml: Manag
     await ml.close()
     sampler.tick()
     assert topic not in sampler, "a closed topic leaves even with a consumer still attached"
+
+
+async def test_a_non_persistent_topic_joins_on_traffic_and_counts_drops_as_they_happen() -> None:
+    """A real ``NonPersistentTopic`` (it has no storage): a publish brings it into the sampled set,
+    a drop (no consumer with permits) reaches ``on_drop`` at once, and it leaves once idle or
+    closed. With the old tick (every loaded non-persistent topic sampled, drops counted by walking
+    them each second) ``join`` and ``on_drop`` are never called."""
+    sampler = RateSampler()
+    drops: list[int] = []
+    topic = NonPersistentTopic("non-persistent://public/default/rates")
+    topic.on_traffic = sampler.join
+    topic.on_drop = drops.append
+    producer = ServerProducer(producer_id=1, name="p", connection_id=1)
+    sink = FakeSink()
+    hungry = consumer(sink, 1, permits=0)
+    sub = await topic.subscribe("s", c.SUB_SHARED, hungry, earliest=False)
+    assert topic in sampler, "a subscription is traffic: the topic joins the sampled set"
+
+    await topic.publish(producer, {"n": 3}, b"abc")  # no permits: three messages dropped
+    assert drops == [3] and sub.msg_drop == 3
+    sampler.tick()
+    assert topic in sampler and topic.drop_rate.msg_rate > 0
+
+    sub.remove_consumer(hungry)  # the last consumer: Pulsar drops the subscription
+    sampler.tick()
+    assert topic not in sampler, "idle (rates 0, no consumer): the topic leaves the sampled set"
+    assert topic.rate_in.msg_rate == 0 and topic.drop_rate.msg_rate == 0
+
+    await topic.publish(producer, {"n": 1}, b"x")  # nobody subscribed: nothing to drop for
+    assert topic in sampler, "a publish after an idle spell brings it back"
+    await topic.close()
+    sampler.tick()
+    assert topic not in sampler, "a closed topic leaves"

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from magnetar.ledger.bookie_latency import BOOKIE_LATENCY, BUCKETS, BookieLatency
-
-if TYPE_CHECKING:
-    from magnetar.broker.non_persistent_topic import NonPersistentTopic
 
 
 class BrokerMetrics:
@@ -40,22 +36,9 @@ class BrokerMetrics:
             "Non-persistent messages dropped (no consumer could take them)",
             registry=r,
         )
-        self._dropped_seen: dict[str, int] = {}
         # Per-bookie add latency as this broker's ledger writers see it, and which bookie is slow
         # (ledger/bookie_latency.py): read at scrape time.
         r.register(BookieLatencyCollector(BOOKIE_LATENCY))
-
-    def count_drops(self, topics: Mapping[str, NonPersistentTopic]) -> None:
-        """Add the non-persistent messages dropped since the last call to the broker's counter
-        (called once a second)."""
-        for name, topic in topics.items():
-            dropped = topic.msg_drop
-            delta = dropped - self._dropped_seen.get(name, 0)
-            if delta > 0:
-                self.msgs_dropped.inc(delta)
-            self._dropped_seen[name] = dropped
-        for name in [n for n in self._dropped_seen if n not in topics]:
-            del self._dropped_seen[name]
 
 
 class BookieLatencyCollector(Collector):

@@ -62,6 +62,8 @@ class NonPersistentTopics:
             raise TopicNotFound(f"topic {name} does not exist")
         eff = self._resolve(ns_policies)
         topic = NonPersistentTopic(key, max_producers=eff.max_producers, max_consumers=eff.max_consumers, policies=eff)
+        topic.on_traffic = service.rate_sampler.join
+        topic.on_drop = service.metrics.msgs_dropped.inc
         self.topics[key] = topic
         log.info("loaded non-persistent topic %s", name)
         return topic
@@ -108,10 +110,6 @@ class NonPersistentTopics:
             if name.tenant == tenant and name.namespace == ns:
                 out.append(key)
         return sorted(out)
-
-    def sample_rates(self) -> None:
-        for topic in list(self.topics.values()):
-            topic.sample_rates()
 
     async def unload(self, key: str) -> bool:
         """Close the topic and its clients' producers and consumers; False when not loaded here."""

@@ -75,6 +75,9 @@ class NonPersistentSubscription:
         self.msg_drop = 0
         self.rate_out = Rate()
         self.drop_rate = Rate()
+        # Told of each drop (the broker's drop counter): counted as it happens, not by walking the
+        # topics each second.
+        self.on_drop: Callable[[int], None] | None = None
 
     @property
     def sub_type(self) -> str:
@@ -129,6 +132,8 @@ class NonPersistentSubscription:
             consumer = dispatcher.pick()
         if consumer is None:
             self.msg_drop += count
+            if self.on_drop is not None:
+                self.on_drop(count)
             return False
         consumer.permits -= count
         consumer.msg_out += count
@@ -141,6 +146,10 @@ class NonPersistentSubscription:
     def sample_rates(self) -> None:
         self.rate_out.sample(self.msg_out, self.bytes_out)
         self.drop_rate.sample(self.msg_drop, 0)
+
+    def rebase_rates(self) -> None:
+        self.rate_out.rebase(self.msg_out, self.bytes_out)
+        self.drop_rate.rebase(self.msg_drop, 0)
 
     def stats(self) -> dict[str, Any]:
         """Pulsar's ``NonPersistentSubscriptionStats`` (``msgDropCounter`` is ours: the count
@@ -200,6 +209,12 @@ class NonPersistentTopic:
         self._msg_drop_removed = 0
         # Producer access modes; the epoch lives in memory, as the topic does (producer_access.py).
         self.access = ProducerAccess(name, lambda: list(self.producers.values()))
+        # The broker samples rates of the topics with traffic only (rate_sampler.py): the first
+        # publish or subscription after an idle spell calls ``on_traffic`` to join its set again.
+        self.on_traffic: Callable[[NonPersistentTopic], None] | None = None
+        self.on_drop: Callable[[int], None] | None = None  # given to each subscription
+        self._sampled = False
+        self.closed = False
 
     # ------------------------------------------------------------------ policies
     def apply_policies(self, eff: EffectivePolicies) -> None:
@@ -225,6 +240,8 @@ class NonPersistentTopic:
         """Offer the entry to every subscription now; the future is already resolved to 0:0
         (the connection writes the receipt from it, as for a persistent topic's)."""
         count = int(meta.get("n", 1))
+        if not self._sampled:
+            self._traffic()
         producer.msg_in += count
         self.msg_in += count
         self.bytes_in += len(payload)
@@ -261,6 +278,7 @@ class NonPersistentTopic:
         if sub is None:
             sub = NonPersistentSubscription(self.name, sub_name, sub_type, durable=durable)
             sub.on_last_consumer = self._drop_subscription
+            sub.on_drop = self.on_drop
             self.subscriptions[sub_name] = sub
         try:
             sub.add_consumer(consumer, sub_type)
@@ -268,6 +286,8 @@ class NonPersistentTopic:
             if created and not sub.dispatcher.consumers:
                 self._drop_subscription(sub)
             raise
+        if not self._sampled:
+            self._traffic()
         return sub
 
     def _drop_subscription(self, sub: NonPersistentSubscription) -> None:
@@ -297,12 +317,32 @@ class NonPersistentTopic:
         """Entries dropped for slow or absent consumers, over every subscription ever."""
         return self._msg_drop_removed + sum(s.msg_drop for s in self.subscriptions.values())
 
-    def sample_rates(self) -> None:
+    def _traffic(self) -> None:
+        """Traffic after an idle spell: rebase the rates on the counts before it and rejoin the
+        broker's sampled set."""
+        self._sampled = True
+        self.rate_in.rebase(self.msg_in, self.bytes_in)
+        self.rate_out.rebase(self.msg_out, self.bytes_out)
+        self.drop_rate.rebase(self.msg_drop, 0)
+        for sub in self.subscriptions.values():
+            sub.rebase_rates()
+        if self.on_traffic is not None:
+            self.on_traffic(self)
+
+    def sample_rates(self) -> bool:
+        """Sample the rates over the last interval; False once the topic is idle (every rate 0 and
+        no consumer connected) or closed, when the broker stops sampling it until its next traffic."""
         self.rate_in.sample(self.msg_in, self.bytes_in)
         self.rate_out.sample(self.msg_out, self.bytes_out)
         self.drop_rate.sample(self.msg_drop, 0)
         for sub in self.subscriptions.values():
             sub.sample_rates()
+        busy = not self.closed and (
+            bool(self.rate_in.msg_rate or self.rate_out.msg_rate or self.drop_rate.msg_rate)
+            or any(s.dispatcher.consumers for s in self.subscriptions.values())
+        )
+        self._sampled = busy
+        return busy
 
     def stats(self) -> dict[str, Any]:
         """Pulsar's ``NonPersistentTopicStats``: its ``TopicStats`` fields (nothing is stored, so
@@ -357,6 +397,7 @@ class NonPersistentTopic:
         return bool(self.producers) or any(s.dispatcher.consumers for s in self.subscriptions.values())
 
     async def close(self) -> None:
+        self.closed = True
         self.access.close()
         for sub in list(self.subscriptions.values()):
             sub.close()

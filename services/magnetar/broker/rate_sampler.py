@@ -6,9 +6,10 @@ between the frames of every other tenant. At 3,000 topics that callback took ten
 milliseconds; at 100,000 topics more than the second itself, so a quiet tenant's p99 rose to
 hundreds of milliseconds while another tenant merely had many idle topics (issue 13, exhaustion).
 
-A topic joins the sampled set at its first publish or subscription after an idle spell
-(``PersistentTopic.on_traffic``) and leaves it at the first sample that finds it idle (both rates
-0 and no consumer connected), so each tick costs O(topics with traffic). An idle topic keeps the
+A topic, persistent or not, joins the sampled set at its first publish or subscription after an
+idle spell (``on_traffic``) and leaves it at the first sample that finds it idle (its rates 0 and
+no consumer connected), so each tick costs O(topics with traffic). Non-persistent drops are
+counted as they happen (``NonPersistentSubscription.on_drop``), not by walking the topics. An idle topic keeps the
 rates of its last sample, which are 0. Per-topic metrics are read at scrape time instead
 (topic_metrics.py).
 """

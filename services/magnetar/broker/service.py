@@ -309,8 +309,6 @@ class BrokerService:
         while True:
             await asyncio.sleep(1.0)
             self.rate_sampler.tick()  # the topics with traffic only: O(active), not O(loaded)
-            self.non_persistent.sample_rates()
-            self.metrics.count_drops(self.non_persistent.topics)
 
     async def stop(self) -> None:
         """Graceful unload: leave the live set, hand topics over, seal ledgers, release bundles.
