@@ -179,6 +179,7 @@ def test_partitioned_topics_take_the_verbs_pulsar_allows(standalone: StandaloneP
     assert [backlog(standalone, f"{topic}-partition-{i}", "s") for i in range(2)] == [0, 0]
     post(standalone, sub_path(topic, "s") + "/resetcursor/0")
     assert [backlog(standalone, f"{topic}-partition-{i}", "s") for i in range(2)] == [1, 1]
+    assert call(standalone, "GET", f"/admin/v2/persistent/{path}/subscriptions") == (200, ["s"])  # every partition's
     assert call(standalone, "POST", sub_path(topic, "s") + "/skip/1")[0] == 405
     assert peek(standalone.admin_url, sub_path(topic, "s") + "/position/1")[0] == 405
 
@@ -236,6 +237,8 @@ def test_admin_cli_create_subscription_stats_internal_and_unsubscribe(
     assert backlog(standalone, topic, "late") == 0
     assert backlog(standalone, topic, "early") == 2
     capsys.readouterr()
+    assert admin_main([*url, "topics", "subscriptions", topic]) == 0
+    assert capsys.readouterr().out.split() == ["early", "late"]  # one per line, as pulsar-admin
     assert admin_main([*url, "topics", "create-subscription", topic, "-s", "early"]) == 1
     assert "already exists" in capsys.readouterr().err
     assert admin_main([*url, "topics", "stats-internal", topic]) == 0
@@ -248,6 +251,10 @@ def test_admin_cli_create_subscription_stats_internal_and_unsubscribe(
     assert admin_main([*url, "topics", "unsubscribe", topic, "-s", "late"]) == 0
     status, body = call(standalone, "GET", f"/admin/v2/persistent/{topic.removeprefix('persistent://')}/stats")
     assert status == 200 and set(body["subscriptions"]) == {"early"}, body
+    assert admin_main([*url, "topics", "subscriptions", topic]) == 0
+    assert capsys.readouterr().out.split() == ["early"]
+    assert admin_main([*url, "topics", "subscriptions", topic + "-missing"]) == 1
+    assert "does not exist" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ cluster
@@ -286,6 +293,8 @@ def test_subscription_verbs_are_forwarded_to_the_owner(cluster: LocalCluster, to
         return value
 
     assert owner_backlog() == 3
+    status, _, names = _http(f"{other_admin}/admin/v2/persistent/{path}/subscriptions", "GET")
+    assert (status, json.loads(names)) == (200, ["s"])
     sub = f"/admin/v2/persistent/{path}/subscription/s"
     assert _http(other_admin + sub + "/skip/1", "POST")[0] == 204
     assert owner_backlog() == 2

@@ -254,6 +254,7 @@ class AdminServer:
         r.add_post(base + "/{topic}/partitions", self.update_partitions)
         r.add_delete(base + "/{topic}/partitions", self.delete_partitioned)
         r.add_get(base + "/{topic}/stats", self.topic_stats)
+        r.add_get(base + "/{topic}/subscriptions", self.list_subscriptions)
         r.add_put(base + "/{topic}/unload", self.unload_topic)
         sub = base + "/{topic}/subscription/{sub}"
         r.add_put(sub, self.create_subscription)
@@ -548,6 +549,27 @@ class AdminServer:
             return forwarded
         topic = await self.service.get_topic(name, create=False)
         return web.json_response(topic.stats())
+
+    async def list_subscriptions(self, request: web.Request) -> web.StreamResponse:
+        """Pulsar's ``topics subscriptions``: the names of the topic's subscriptions (durable ones
+        and readers'), sorted; for a partitioned topic those of every partition, each asked of its
+        owner."""
+        name = self._topic(request)
+        partitions = await self.service.resources.partitions(name)
+        targets = [name.partition(i) for i in range(partitions)] if partitions else [name]
+        if not partitions and not await self.service.resources.topic_exists(name):
+            raise TopicNotFound(f"topic {name} does not exist")
+        names: set[str] = set()
+        for target in targets:
+            remote = await self._call_owner(target, "GET", f"/admin/v2/persistent/{target.path}/subscriptions")
+            if remote is not None:
+                self._raise_for(remote)
+                assert isinstance(remote.body, bytes)
+                names.update(json.loads(remote.body))
+                continue
+            topic = await self.service.get_topic(target, create=False)
+            names.update(topic.subscriptions)
+        return web.json_response(sorted(names))
 
     async def unload_topic(self, request: web.Request) -> web.StreamResponse:
         """Pulsar's ``topics unload``: close the topic on its owner (every partition of a

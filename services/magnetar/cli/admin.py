@@ -448,6 +448,8 @@ def run(args: argparse.Namespace) -> Any:
             return request(url, "DELETE", path + "/partitions" + force)
         if a == "stats":
             return request(url, "GET", path + "/stats")
+        if a == "subscriptions":
+            return request(url, "GET", path + "/subscriptions")
         if a == "unload":
             return request(url, "PUT", path + "/unload")
         if a == "trim-topic":
@@ -528,6 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
         "create",
         "delete",
         "stats",
+        "subscriptions",
         "unload",
         "lookup",
         "partitioned-stats",
