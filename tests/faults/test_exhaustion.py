@@ -8,8 +8,9 @@ memory per connection / topic / backlog message stays under a bound far above wh
 below what keeping the data in memory would cost, a Shared consumer that never acknowledges is
 stopped at ``maxUnackedMessagesPerConsumer``, file descriptors go back when connections close, and
 the quiet tenant was served all along (no failed send, and it kept completing round trips during
-every phase, including the one where all 10,000 clients leave at once). Its latencies, and all memory figures, are recorded (``FAULTS_REPORT``) for the
-closing note, not asserted: they are measurements, not tests.
+every phase, including the one where all 10,000 clients leave at once). Its latencies, and all
+memory figures, are recorded (``FAULTS_REPORT``) for the closing note, not asserted: they are
+measurements, not tests.
 
 Scale: by default (CI) 10,000 connections, 3,000 topics and 200,000 messages on 100 subscriptions;
 ``EXHAUSTION_FULL=1`` runs the issue's figures: 100,000 topics in one namespace and a
