@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from tests.protocol.wire import Wire, next_message, open_consumer, open_producer, publish, session
 from tests.support.admin import topic_path, topic_stats
+from tests.support.metrics import scrape, total
 from tests.support.standalone import StandaloneProcess, admin_call
 
 import magnetar
@@ -128,11 +129,7 @@ def admin_cli(sa: StandaloneProcess, *args: str) -> subprocess.CompletedProcess[
 
 
 def _metric(sa: StandaloneProcess, name: str) -> float:
-    text = urllib.request.urlopen(sa.admin_url + "/metrics", timeout=10).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
+    return total(scrape(sa.admin_url + "/metrics", timeout=10), name)
 
 
 def test_shared_spreads_key_shared_keeps_keys_and_exclusive_refuses_a_second_consumer(

@@ -8,13 +8,12 @@ far; an "unaffected" or "lifted" run is only asserted to beat what the limit wou
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-import urllib.request
 from typing import Any
 
 import pytest
 from tests.support.admin import create_namespace, topic_stats
+from tests.support.metrics import scrape, total
 from tests.support.standalone import StandaloneProcess
 from tests.support.standalone import admin_call as call
 
@@ -35,14 +34,7 @@ def _set(sa: StandaloneProcess, path: str, body: Any) -> None:
 
 
 def _metric(sa: StandaloneProcess, name: str, **labels: str) -> float:
-    with urllib.request.urlopen(sa.admin_url + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(rf"{name}(?:\{{(.*)\}})? (\S+)$", line)
-        if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
+    return total(scrape(sa.admin_url + "/metrics", timeout=10), name, **labels)
 
 
 def _poll(what: str, check: Any, deadline_s: float = 10.0) -> Any:

@@ -27,3 +27,14 @@ def sample(text: str, name: str, **labels: str) -> float | None:
         if dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) == labels:
             return float(m.group(2))
     return None
+
+
+def total(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` whose labels include ``labels`` (an unlabelled sample
+    counts when no labels are asked for); 0 when there is none."""
+    out = 0.0
+    for m in re.finditer(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", text, re.M):
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            out += float(m.group(2))
+    return out
