@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from typing import Any
 
@@ -108,7 +107,7 @@ def test_a_slow_consumer_drops_and_counts_while_a_fast_subscription_gets_everyth
         assert poll(lambda: topic_stats(standalone, topic)["subscriptions"]["slow"]["msgDropRate"] > 0)
         assert stats["publishers"][0]["msgDropRate"] == 0.0
         # The per-subscription drop rate, read at scrape time while the subscription is there.
-        text = urllib.request.urlopen(standalone.admin_url + "/metrics", timeout=10).read().decode()
+        text = scrape(standalone.admin_url + "/metrics", timeout=10)
         rate = re.search(
             rf'^magnetar_subscription_msg_drop_rate{{subscription="slow",topic="{topic}"}} (\S+)$', text, re.M
         )
@@ -118,7 +117,7 @@ def test_a_slow_consumer_drops_and_counts_while_a_fast_subscription_gets_everyth
         assert next_message(wire, 1)["payload"]
     metrics = poll(lambda: _metric(standalone, "magnetar_broker_messages_dropped_total") >= 15)
     assert metrics
-    text = urllib.request.urlopen(standalone.admin_url + "/metrics", timeout=10).read().decode()
+    text = scrape(standalone.admin_url + "/metrics", timeout=10)
     assert f'subscription="slow",topic="{topic}"' not in text, "a subscription gone with its consumer is not reported"
 
 
