@@ -60,6 +60,7 @@ from tests.faults.checker import OK
 from tests.faults.nemesis import acks_beyond_close, enable_dedup, finish, in_thread, owner_of
 from tests.faults.workload import QueueWorkload
 from tests.support.cluster import LocalCluster, Proc
+from tests.support.metrics import scrape, total
 
 from magnetar.broker.ownership import bundle_of
 from magnetar.client import aio as mg
@@ -312,6 +313,10 @@ async def run_wall_clock_jumps(base: Path, rng: random.Random, seed: int, *, gua
                 forward_hold += hold if offset > 0 else 0.0
                 await asyncio.sleep(hold)  # how long the clock stays stepped: the fault itself
             t_end = time.monotonic()
+            # The owner's /metrics tell an operator its clock was stepped (with the guard on; off,
+            # nothing watches for steps).
+            owner_admin = cluster.admin_urls[cluster.broker_index(owner)]
+            clock_steps = total(await in_thread(scrape, owner_admin + "/metrics"), "magnetar_broker_clock_steps_total")
             t_recovered = await wl.wait_acked(1, after=t_end, within=60)
             await wl.wait_acked(100, after=t_end, within=60)
             owner_after = await owner_of(cluster, topic)
@@ -363,6 +368,7 @@ async def run_wall_clock_jumps(base: Path, rng: random.Random, seed: int, *, gua
                 retained_trimmed=len(missing_retained),
                 acks_beyond_close=len(beyond),
                 serving_overlaps=len(overlaps),
+                clock_steps_exported=clock_steps,
             )
             return {
                 "res": res,
@@ -376,6 +382,7 @@ async def run_wall_clock_jumps(base: Path, rng: random.Random, seed: int, *, gua
                 "owner_moved": owner_after is not owner,
                 "due_back": len(due_back),
                 "on_time_back": on_time_back,
+                "clock_steps": clock_steps,
             }
         finally:
             await retained.close()
@@ -390,6 +397,7 @@ async def test_broker_wall_clock_jumps_expire_trim_or_release_nothing_early(
     assert res.lost == 0 and res.duplicated == 0, res.summary()
     assert res.valid, res.summary()
     assert out["expired"] == 0, f"{out['expired']} messages expired by TTL within their {TTL_SECONDS}s"
+    assert out["clock_steps"] >= 1, "the stepped broker's /metrics must count the step"
     assert out["early_beyond"] == 0, out["dlv"].summary()
     # A backward step is held 4-8 s: messages due meanwhile, held until it is undone, would come
     # that late (4.8-6.5 s in the control runs); followed by the guard, they come on time.

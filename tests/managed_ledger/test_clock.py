@@ -78,3 +78,31 @@ def test_off_it_is_the_wall_clock() -> None:
     g = guarded(c, enabled=False)
     c.wall += 3600
     assert g.now() == c.wall
+
+
+def test_the_broker_exports_the_steps_and_the_offset() -> None:
+    """``broker/metrics.ClockCollector``: what an operator alerts on (the fault test checks it on
+    a real broker whose clock libfaketime steps)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from tests.support.metrics import total
+
+    from magnetar.broker.metrics import ClockCollector
+
+    c = Clocks()
+    g = guarded(c)
+    registry = CollectorRegistry()
+    registry.register(ClockCollector(g))
+
+    def scraped() -> tuple[float, float]:
+        text = generate_latest(registry).decode()
+        return total(text, "magnetar_broker_clock_steps_total"), total(text, "magnetar_broker_clock_offset_seconds")
+
+    assert scraped() == (0.0, 0.0)
+    c.wall += 3600
+    c.advance(100)
+    steps, offset = scraped()
+    assert steps == 1 and offset == pytest.approx(3600 - 1.0)
+    c.wall -= 3600
+    c.advance(5)
+    steps, offset = scraped()
+    assert steps == 1 and abs(offset) <= 1.1  # back in step: the count stays, the offset goes

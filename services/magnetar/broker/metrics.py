@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from magnetar.ledger.bookie_latency import BOOKIE_LATENCY, BUCKETS, BookieLatency
+from magnetar.managed_ledger.clock import POLICY_CLOCK, GuardedClock
 
 
 class BrokerMetrics:
@@ -39,6 +40,32 @@ class BrokerMetrics:
         # Per-bookie add latency as this broker's ledger writers see it, and which bookie is slow
         # (ledger/bookie_latency.py): read at scrape time.
         r.register(BookieLatencyCollector(BOOKIE_LATENCY))
+        # The clock TTL, retention and delayed delivery age data by (managed_ledger/clock.py).
+        r.register(ClockCollector(POLICY_CLOCK))
+
+
+class ClockCollector(Collector):
+    """The guarded policy clock at scrape time: ``magnetar_broker_clock_steps_total``, the steps of
+    the wall clock it saw and did not follow, and ``magnetar_broker_clock_offset_seconds``, how far
+    the wall clock is from the time data is aged by (0 in step; it shrinks as the guard slews). An
+    operator alerting on the first sees a stepped clock before anyone asks why a TTL looked off."""
+
+    def __init__(self, clock: GuardedClock) -> None:
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:
+        self._clock.now()  # a reading brings the offset up to date
+        steps = CounterMetricFamily(
+            "magnetar_broker_clock_steps",
+            "Steps of the wall clock seen and not followed for TTL, retention and delayed delivery",
+        )
+        steps.add_metric([], self._clock.jumps)
+        offset = GaugeMetricFamily(
+            "magnetar_broker_clock_offset_seconds",
+            "Wall clock minus the guarded time that TTL, retention and delayed delivery age data by",
+        )
+        offset.add_metric([], self._clock.offset)
+        return [steps, offset]
 
 
 class BookieLatencyCollector(Collector):
