@@ -248,7 +248,9 @@ class ServerConnection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         """The client closed its side: close ours through the broker's closing queue, which spreads
         thousands of such closes over loop turns (closing.py). TLS transports close themselves
-        (asyncio ignores True from a TLS protocol)."""
+        (asyncio ignores True from a TLS protocol). The connection's places under the connection
+        caps are given back now, not at the close: a client that reconnects at once is admitted."""
+        self.guard.on_lost()
         if self.transport is None or self.transport.get_extra_info("sslcontext") is not None:
             return None
         self.service.closing_connections.add(self.transport)

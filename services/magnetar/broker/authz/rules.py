@@ -116,6 +116,7 @@ _TOPIC_ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/{topic}/stats"): Rule(Kind.LOOKUP, "GET_STATS"),
     ("GET", "/{topic}/partitioned-stats"): Rule(Kind.LOOKUP, "GET_STATS"),
     ("GET", "/{topic}/internalStats"): Rule(Kind.LOOKUP, "GET_STATS"),
+    ("GET", "/{topic}/subscriptions"): Rule(Kind.CONSUME, "GET_SUBSCRIPTIONS"),
     ("GET", "/{topic}/permissions"): Rule(Kind.TENANT, "GET_PERMISSION"),
     ("POST", "/{topic}/permissions/{role}"): Rule(Kind.TENANT, "GRANT_PERMISSION"),
     ("DELETE", "/{topic}/permissions/{role}"): Rule(Kind.TENANT, "REVOKE_PERMISSION"),
@@ -141,7 +142,6 @@ _PERSISTENT_ONLY: dict[tuple[str, str], Rule] = {
 }
 _NON_PERSISTENT_ONLY: dict[tuple[str, str], Rule] = {
     ("GET", "/{topic}/lastMessageId"): Rule(Kind.CONSUME, "PEEK_MESSAGES"),
-    ("GET", "/{topic}/subscriptions"): Rule(Kind.CONSUME, "GET_SUBSCRIPTIONS"),
 }
 for _domain, _only in (("persistent", _PERSISTENT_ONLY), ("non-persistent", _NON_PERSISTENT_ONLY)):
     RULES[("GET", f"/lookup/v2/topic/{_domain}/{{tenant}}/{{ns}}/{{topic}}")] = Rule(Kind.LOOKUP, "LOOKUP")
