@@ -79,7 +79,9 @@ def fuzz_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standa
 def log_problems(log_path: Path, offset: int) -> list[str]:
     """Lines of the server log written after ``offset`` that show an unexpected exception: a
     handler that raised something the server did not expect is a bug even when the client got an
-    answer. Returns the traceback headers with the line that follows each."""
+    answer. Returns, for each, the log line before it (the message that logged it), the header,
+    the innermost frame and the exception: enough to find the handler without the log, which
+    pytest deletes with its old temporary directories."""
     text = log_path.read_bytes()[offset:].decode(errors="replace").splitlines()
     found = []
     for i, line in enumerate(text):
@@ -88,6 +90,10 @@ def log_problems(log_path: Path, offset: int) -> list[str]:
             or "Exception in callback" in line
             or "exception was never retrieved" in line
         ):
-            tail = [t for t in text[i + 1 : i + 40] if t and not t.startswith(" ")]
-            found.append(line + " ... " + (tail[0] if tail else ""))
+            after = text[i + 1 : i + 60]
+            end = next((j for j, t in enumerate(after) if t and not t.startswith(" ")), len(after))
+            frames = [t.strip() for t in after[:end] if t.strip().startswith("File ")]
+            before = text[i - 1] if i else ""
+            exc = after[end] if end < len(after) else ""
+            found.append(f"{before} | {line} ... {frames[-1] if frames else ''} ... {exc}")
     return found

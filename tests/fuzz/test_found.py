@@ -7,8 +7,8 @@ import uuid
 from typing import Any
 
 import pytest
-from tests.fuzz.conftest import fuzz_timeout
-from tests.protocol.wire import Wire, batch, open_producer, session
+from tests.fuzz.conftest import fuzz_timeout, log_problems
+from tests.protocol.wire import Wire, batch, open_consumer, open_producer, session
 from tests.support.standalone import StandaloneProcess, admin_call
 
 from magnetar.protocol import commands as c
@@ -194,3 +194,21 @@ def test_a_consumer_closed_while_being_created_never_appears(fuzz_standalone: St
         assert answers[42]["t"] == c.SUCCESS, answers
         assert answers[41]["t"] == c.ERROR and answers[41]["code"] == "AlreadyClosed", answers
         assert wire.request(c.subscribe(topic, "s", 5, c.SUB_EXCLUSIVE))["t"] == c.SUCCESS  # not ConsumerBusy
+
+
+@pytest.mark.parametrize("positions", [[[]], [[5]], [[1, 2, 3]], [7], "x"], ids=["empty", "one", "three", "int", "str"])
+def test_redeliver_with_a_position_that_is_not_ledger_entry_is_an_invalid_command(
+    fuzz_standalone: StandaloneProcess, topic: str, positions: Any
+) -> None:
+    """Found by test_broker at 1,000,000 inputs (seed 811130): ``redeliver`` whose positions were
+    not [ledger, entry] pairs (``[[]]``) raised IndexError in the handler, so the broker logged a
+    traceback and closed the connection with its catch-all error. As for ``ack``: one
+    InvalidCommand error, the connection lives, and nothing is logged."""
+    offset = fuzz_standalone.log_path.stat().st_size
+    with session(fuzz_standalone.service_url) as wire:
+        open_consumer(wire, topic, "s", 1)
+        wire.send(c.redeliver(1, positions))
+        answer = wire.next(lambda f: f.get("t") == c.ERROR)
+        assert answer["code"] == "InvalidCommand", answer
+        _alive(wire)
+    assert log_problems(fuzz_standalone.log_path, offset) == []

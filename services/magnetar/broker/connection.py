@@ -141,6 +141,13 @@ def batch_acks_of(raw: Any) -> list[tuple[Position, int, list[int]]]:
     return out
 
 
+def positions_of(raw: Any) -> list[Position]:
+    """Validate the positions of an ``ack`` or ``redeliver``: [[ledger, entry], ...]."""
+    if not isinstance(raw, (list, tuple)) or any(not isinstance(p, (list, tuple)) or len(p) != 2 for p in raw):
+        raise InvalidCommand(f"positions must be [[ledger, entry], ...], got {raw!r:.100}")
+    return [Position(_id_part(p[0], "ledger"), _id_part(p[1], "entry")) for p in raw]
+
+
 def message_id_of(raw: Any) -> tuple[int, int, int] | None:
     """A wire message id [ledger, entry, batch] (batch may be left out: -1)."""
     if raw is None:
@@ -712,10 +719,7 @@ class ServerConnection(asyncio.Protocol):
         kind = str(cmd["kind"])
         if kind not in (c.ACK_INDIVIDUAL, c.ACK_CUMULATIVE):
             raise InvalidCommand(f"ack kind must be individual or cumulative, got {kind!r}")
-        raw = cmd["positions"]
-        if not isinstance(raw, (list, tuple)) or any(not isinstance(p, (list, tuple)) or len(p) != 2 for p in raw):
-            raise InvalidCommand(f"positions must be [[ledger, entry], ...], got {raw!r}")
-        positions = [Position(_id_part(p[0], "ledger"), _id_part(p[1], "entry")) for p in raw]
+        positions = positions_of(cmd["positions"])
         batch_acks = batch_acks_of(cmd.get("batch_acks"))
         fut = sub.ack(consumer, kind, positions, batch_acks)
         rid = cmd.get("rid")
@@ -734,7 +738,7 @@ class ServerConnection(asyncio.Protocol):
     def _redeliver(self, cmd: c.Redeliver) -> None:
         consumer, sub, _ = self._consumer(cmd["consumer_id"])
         raw = cmd.get("positions")
-        positions = None if raw is None else [Position(_id_part(p[0], "ledger"), _id_part(p[1], "entry")) for p in raw]
+        positions = None if raw is None else positions_of(raw)
         sub.negative_ack(consumer, positions)
 
     def _close_consumer(self, cmd: c.CloseConsumer) -> None:
