@@ -477,6 +477,7 @@ def _build_ops(backing: str, delay_ms: list[float], counters: dict[str, int]) ->
 
         async def _delay(self) -> None:
             if delay_ms[0] > 0:
+                counters["delayed_syncs"] += 1
                 await trio.sleep(delay_ms[0] / 1000.0)
 
         def _flush_inode(self, inode: int) -> None:
@@ -563,7 +564,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--control")
     args = ap.parse_args(argv)
     delay_ms = [args.fsync_delay_ms]
-    counters = {"fsyncs": 0, "flushes": 0, "writes": 0, "bytes_written": 0, "bytes_flushed": 0, "truncates": 0}
+    counters = {
+        "fsyncs": 0,
+        "delayed_syncs": 0,  # fsyncs and directory fsyncs that waited for the delay
+        "flushes": 0,
+        "writes": 0,
+        "bytes_written": 0,
+        "bytes_flushed": 0,
+        "truncates": 0,
+    }
     ops = _build_ops(os.path.abspath(args.backing), delay_ms, counters)()
     options = set(pyfuse3.default_options)
     options.add("fsname=lazyfs")
