@@ -17,9 +17,24 @@ from typing import Any
 
 from aiohttp import web
 
-from magnetar.protocol.errors import TopicNotFound
+from magnetar.protocol.errors import AlreadyClosed, ServiceNotReady, TopicNotFound
+from magnetar.protocol.topic_name import TopicName
 
 PATH = "/admin/v2/persistent/{tenant}/{ns}/{topic}/trim"
+
+
+async def _trim_loaded(admin: Any, target: TopicName) -> None:
+    """Trim the topic loaded here. An unload (or delete) that closes its managed ledger between
+    the lookup and the trim (found by the admin fuzzer, 8 times in 1,000,000 inputs, as a 500)
+    is met by loading it once more; if it is closed again, the answer is 503, to be retried."""
+    for attempt in range(2):
+        topic = await admin.service.get_topic(target, create=False)
+        try:
+            await topic.ml.trim_now(admin.service.clock())
+            return
+        except AlreadyClosed:
+            if attempt:
+                raise ServiceNotReady(f"topic {target} is being unloaded; retry") from None
 
 
 def add_trim_route(app: web.Application, admin: Any) -> None:
@@ -38,8 +53,7 @@ def add_trim_route(app: web.Application, admin: Any) -> None:
             if remote is not None:
                 admin._raise_for(remote)
                 continue
-            topic = await admin.service.get_topic(target, create=False)
-            await topic.ml.trim_now(admin.service.clock())
+            await _trim_loaded(admin, target)
         return web.Response(status=204)
 
     app.router.add_post(PATH, trim)
