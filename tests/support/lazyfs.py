@@ -541,13 +541,14 @@ def _serve_control(path: str, ops: Any, delay_ms: list[float], counters: dict[st
                         resp = {"ok": False, "error": repr(exc)}
                     await stream.send_all(json.dumps(resp).encode() + b"\n")
 
-    async def serve() -> None:
+    async def serve(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         await sock.bind(path)
         sock.listen(8)
         listener = trio.SocketListener(sock)
+        task_status.started()  # listening: only now may the ready line go out (main)
         await trio.serve_listeners(handle, [listener])
 
     return serve
@@ -581,7 +582,9 @@ def main(argv: list[str] | None = None) -> None:
     async def run() -> None:
         async with trio.open_nursery() as nursery:
             if args.control:
-                nursery.start_soon(_serve_control(args.control, ops, delay_ms, counters))
+                # Started, not start_soon: the ready line promises a control socket that listens
+                # (a request right after it was refused under load, in CI).
+                await nursery.start(_serve_control(args.control, ops, delay_ms, counters))
             print(f"{READY} {args.mountpoint} pid {os.getpid()}", flush=True)
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
