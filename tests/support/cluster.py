@@ -213,6 +213,19 @@ class Proc(ProcessControl):
         self._drain_pump()
         return code
 
+    def kill9(self) -> None:
+        """As ``ProcessControl.kill9``, then let the pump write the process's last output and its
+        exit line: a test that reads the log right after found it missing under load (CI)."""
+        super().kill9()
+        if self.proc is not None and self.proc.poll() is not None:
+            self._drain_pump()
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        code = super().stop(timeout)
+        if self.proc is not None and self.proc.poll() is not None:
+            self._drain_pump()
+        return code
+
     def restart(self, timeout: float = 60.0) -> None:
         """Stop (SIGTERM) if running, then start again with the same data directory and ports."""
         if self.alive:
