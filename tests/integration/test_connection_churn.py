@@ -10,28 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from magnetar.broker.closing import PER_TURN
-from magnetar.broker.config import BrokerConfig
-from magnetar.node.standalone import Standalone, StandaloneConfig
+from magnetar.node.standalone import Standalone
 from magnetar.protocol.framing import FrameDecoder, encode_frame
 
 CLIENTS = 6 * PER_TURN
-
-
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Standalone]:
-    config = BrokerConfig(host="127.0.0.1", port=0, web_port=0)
-    sa = Standalone(StandaloneConfig(tmp_path / "data", config, bookie_port=0))
-    await sa.start()
-    try:
-        yield sa
-    finally:
-        await sa.stop()
 
 
 async def _connected(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -66,8 +50,8 @@ class TurnRecorder:
             self._loop.call_soon(self._turn)
 
 
-async def test_clients_leaving_together_are_closed_a_few_per_loop_turn(node: Standalone) -> None:
-    broker = node.broker
+async def test_clients_leaving_together_are_closed_a_few_per_loop_turn(in_process_standalone: Standalone) -> None:
+    broker = in_process_standalone.broker
     assert broker is not None and broker.port is not None
     clients = await asyncio.gather(*(_connected(broker.port) for _ in range(CLIENTS)))
     held = len(broker.connections)
@@ -83,8 +67,8 @@ async def test_clients_leaving_together_are_closed_a_few_per_loop_turn(node: Sta
     assert sum(1 for n in closed_per_turn if n) >= CLIENTS // PER_TURN, closed_per_turn
 
 
-async def test_a_client_that_half_closes_gets_its_connection_closed(node: Standalone) -> None:
-    broker = node.broker
+async def test_a_client_that_half_closes_gets_its_connection_closed(in_process_standalone: Standalone) -> None:
+    broker = in_process_standalone.broker
     assert broker is not None and broker.port is not None
     reader, writer = await _connected(broker.port)
     held = len(broker.connections)
