@@ -23,6 +23,9 @@ PER_TURN = 64
 
 
 class ClosingQueue:
+    """Transports waiting to be closed, drained ``per_turn`` at a time by a callback that
+    schedules itself again while any are left (one queue per broker, on its loop)."""
+
     def __init__(self, per_turn: int = PER_TURN) -> None:
         if per_turn < 1:
             raise ValueError(f"per_turn must be at least 1, not {per_turn}")

@@ -9,9 +9,9 @@ hundreds of milliseconds while another tenant merely had many idle topics (issue
 A topic, persistent or not, joins the sampled set at its first publish or subscription after an
 idle spell (``on_traffic``) and leaves it at the first sample that finds it idle (its rates 0 and
 no consumer connected), so each tick costs O(topics with traffic). Non-persistent drops are
-counted as they happen (``NonPersistentSubscription.on_drop``), not by walking the topics. An idle topic keeps the
-rates of its last sample, which are 0. Per-topic metrics are read at scrape time instead
-(topic_metrics.py).
+counted as they happen (``NonPersistentSubscription.on_drop``), not by walking the topics. An
+idle topic keeps the rates of its last sample, which are 0. Per-topic metrics are read at scrape
+time instead (topic_metrics.py).
 """
 
 from __future__ import annotations
