@@ -5,8 +5,8 @@ With authentication on, every request needs ``Authorization: Bearer <jwt>`` exce
 without credentials because Kubernetes' probes carry none and they reveal nothing, and
 ``/metrics`` stays open unless ``authenticateMetricsEndpoint`` is true (Pulsar's default is
 false, for Prometheus scrapers). A refusal is 401 with Pulsar's JSON body ``{"reason": ...}`` and
-``WWW-Authenticate: Bearer``. The role goes into ``request["auth_role"]`` (None with
-authentication off) for the authorization checks to come.
+``WWW-Authenticate: Bearer``. The role goes into ``request[AUTH_ROLE]`` (None with
+authentication off) for the authorization checks (broker/authz/http.py).
 
 A broker that forwards a request to another broker (the topic's owner) sends the caller's own
 ``Authorization`` header on, so the owner authenticates (and, later, authorizes) the caller and
@@ -35,6 +35,8 @@ from magnetar.protocol.errors import AuthenticationError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# The caller's role on the request, a typed key (aiohttp warns of plain string keys).
+AUTH_ROLE: web.RequestKey[str | None] = web.RequestKey("auth_role")
 PROBE_PATHS = frozenset({"/admin/v2/brokers/health", "/ready"})
 METRICS_PATH = "/metrics"
 # Names ``brokerClientAuthenticationPlugin`` may hold for token credentials.
@@ -57,7 +59,7 @@ def auth_middleware(authentication: Authentication | None, authenticate_metrics:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if authentication is None or request.path in open_paths:
-            request["auth_role"] = None
+            request[AUTH_ROLE] = None
             return await handler(request)
         header = request.headers.get("Authorization", "")
         if not header and tls_provider.METHOD in authentication.providers:  # R93: certificate's CN
@@ -71,7 +73,7 @@ def auth_middleware(authentication: Authentication | None, authenticate_metrics:
             got = authentication.authenticate(c.AUTH_METHOD_TOKEN, token.strip())
         except AuthenticationError as exc:
             return _unauthorized(str(exc))
-        request["auth_role"] = got.role
+        request[AUTH_ROLE] = got.role
         reset = _caller_authorization.set(header)
         try:
             return await handler(request)
@@ -91,7 +93,7 @@ async def _certificate_request(
         got = authentication.authenticate(tls_provider.METHOD, certificate)
     except AuthenticationError as exc:
         return _unauthorized(str(exc))
-    request["auth_role"] = got.role
+    request[AUTH_ROLE] = got.role
     reset = _caller_authorization.set("")
     try:
         return await handler(request)

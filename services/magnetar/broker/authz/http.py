@@ -1,6 +1,6 @@
 """The admin REST API's authorization middleware: the table of ``rules`` applied to each request.
 
-It runs after authentication (which put the caller's role in ``request["auth_role"]``) and
+It runs after authentication (which put the caller's role in ``request[AUTH_ROLE]``) and
 before the route's handler, so a refused call changes nothing. The tenant, namespace, topic
 and subscription come from the same ``match_info`` the handlers read (aiohttp has already
 decoded them, ``%2F`` included), and the topic is parsed with the same ``TopicName.parse``, so
@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from magnetar.broker.auth.http import AUTH_ROLE
 from magnetar.broker.authz.checks import CONSUME, PRODUCE, Authorizer, Refused
 from magnetar.broker.authz.rules import Kind, Rule, rule_for
 from magnetar.protocol.errors import InvalidTopicName
@@ -40,7 +41,7 @@ def _domain(pattern: str) -> str:
 
 async def refusal(authz: Authorizer, rule: Rule, pattern: str, request: web.Request) -> web.Response | None:
     """None when the caller may run the route, else the response that refuses it."""
-    role: str | None = request.get("auth_role")
+    role: str | None = request.get(AUTH_ROLE)
     if rule.kind is Kind.OPEN or authz.is_superuser(role):
         return None
     if rule.kind is Kind.SUPERUSER:
