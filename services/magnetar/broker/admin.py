@@ -284,7 +284,8 @@ class AdminServer:
         body = generate_latest(self.service.metrics.registry)
         for reg in self.service.extra_registries:
             body += generate_latest(reg)
-        # Per-topic families: read from the loaded topics in slices, rendered off the loop.
+        # Per-topic families: read from the loaded topics and rendered in slices, with the loop
+        # idle between them (topic_metrics.py).
         svc = self.service
         families = await topic_metrics.collect(list(svc.topics.items()), list(svc.non_persistent.topics.items()))
         body += await topic_metrics.render(families)
