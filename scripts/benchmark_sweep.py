@@ -102,7 +102,13 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         argv = ["standalone", "--data-dir", f"{d}/data", "--port", "0", "--web-port", "0", "--bookie-port", "0"]
-        argv += ["--managed-ledger-max-entries-per-ledger", "2", "--retention-check-interval-seconds", "3600"]
+        argv += [
+            "--managed-ledger-max-entries-per-ledger",
+            "2",
+            "--managed-ledger-min-ledger-rollover-time-minutes",
+            "0",
+        ]
+        argv += ["--retention-check-interval-seconds", "3600"]
         with Service(argv, "standalone ready") as svc:
             names = [f"public/sweep{i}" for i in range(args.namespaces)]
             for ns in names:

@@ -52,6 +52,17 @@ def test_string_values_take_their_flags_types(tmp_path: Path) -> None:
     assert args.port == 3199  # type: ignore[attr-defined]
 
 
+def test_ledger_roll_over_settings_reach_the_managed_ledger_config(tmp_path: Path) -> None:
+    """Pulsar's two roll-over keys: the entry limit, and the minimum age in minutes (10 by default)."""
+    from magnetar.cli.main import _policy_check_settings
+
+    default = _policy_check_settings(build_parser().parse_args(["broker"]))["managed_ledger"]
+    assert (default.max_entries_per_ledger, default.min_ledger_seconds) == (50_000, 600.0)
+    text = "managedLedgerMaxEntriesPerLedger: 100\nmanagedLedgerMinLedgerRolloverTimeMinutes: '0.5'\n"
+    config = _policy_check_settings(_args(tmp_path, text, "broker"))["managed_ledger"]
+    assert (config.max_entries_per_ledger, config.min_ledger_seconds) == (100, 30.0)
+
+
 def test_a_value_its_flag_cannot_take_is_refused_naming_the_setting(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as info:
         _args(tmp_path, "dataDir: /d\ndiskUsageThreshold: lots\n", "bookie")

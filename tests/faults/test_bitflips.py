@@ -64,7 +64,12 @@ def _cluster(base: Path) -> LocalCluster:
     return LocalCluster(
         base,
         bookies=4,
-        broker_args=["--managed-ledger-max-entries-per-ledger", str(ENTRIES_PER_LEDGER)],
+        broker_args=[
+            "--managed-ledger-max-entries-per-ledger",
+            str(ENTRIES_PER_LEDGER),
+            "--managed-ledger-min-ledger-rollover-time-minutes",
+            "0",
+        ],
         bookie_args=[] if CONTROL else ["--scrub-interval", str(SCRUB_INTERVAL)],
     )
 

@@ -83,6 +83,8 @@ BROKER_ARGS = [
     "1",
     "--managed-ledger-max-entries-per-ledger",
     "20",
+    "--managed-ledger-min-ledger-rollover-time-minutes",
+    "0",
 ]
 
 

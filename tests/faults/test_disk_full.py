@@ -126,7 +126,12 @@ async def test_a_full_bookie_turns_read_only_writes_move_reads_stay_and_it_comes
     cluster = LocalCluster(
         base,
         bookies=4,
-        broker_args=["--managed-ledger-max-entries-per-ledger", str(ENTRIES_PER_LEDGER)],
+        broker_args=[
+            "--managed-ledger-max-entries-per-ledger",
+            str(ENTRIES_PER_LEDGER),
+            "--managed-ledger-min-ledger-rollover-time-minutes",
+            "0",
+        ],
         bookie_args=["--readonly-threshold", "1.01" if CONTROL else str(THRESHOLD)],
     )
     with contextlib.ExitStack() as disks:

@@ -33,6 +33,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
         "0.2",
         "--managed-ledger-max-entries-per-ledger",
         "50",
+        "--managed-ledger-min-ledger-rollover-time-minutes",
+        "0",
     ) as sa:
         yield sa
 

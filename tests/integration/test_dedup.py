@@ -388,6 +388,8 @@ def test_deduplication_holds_back_trimming_until_its_next_snapshot(tmp_path: Pat
         "--broker-deduplication-enabled",
         "--managed-ledger-max-entries-per-ledger",
         "10",
+        "--managed-ledger-min-ledger-rollover-time-minutes",
+        "0",
         "--broker-deduplication-entries-interval",
         "1000000",
         "--broker-deduplication-snapshot-interval-seconds",

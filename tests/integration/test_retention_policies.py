@@ -1,7 +1,7 @@
 """Retention of acknowledged messages on real brokers, as Pulsar's ``RetentionPolicies``.
 
-Ledgers roll over every 5 entries here (``--managed-ledger-max-entries-per-ledger``) so that a
-few messages make several ledgers; the retention check runs every 0.2 s
+Ledgers roll over every 5 entries here (``--managed-ledger-max-entries-per-ledger``, with no
+minimum age) so that a few messages make several ledgers; the retention check runs every 0.2 s
 (``--retention-check-interval-seconds``). The time limit is in minutes, so the time test runs the
 broker in this process and moves its clock (``BrokerService.clock``) instead of waiting: the
 trim then comes from the periodic check alone, with no acknowledgement or roll-over to set it off.
@@ -39,6 +39,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
         "0.2",
         "--managed-ledger-max-entries-per-ledger",
         "5",
+        "--managed-ledger-min-ledger-rollover-time-minutes",
+        "0",
     ) as sa:
         yield sa
 
@@ -93,7 +95,7 @@ async def test_time_retention_trims_consumed_ledgers_once_older_than_the_limit(t
         port=0,
         web_port=0,
         retention_check_interval_seconds=0.1,
-        managed_ledger=ManagedLedgerConfig(max_entries_per_ledger=5),
+        managed_ledger=ManagedLedgerConfig(max_entries_per_ledger=5, min_ledger_seconds=0),
     )
     node = Standalone(StandaloneConfig(tmp_path / "data", config, bookie_port=0))
     await node.start()

@@ -59,6 +59,11 @@ def jobs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
         ensemble_size=3,
         write_quorum=2,
         ack_quorum=2,
-        broker_args=["--managed-ledger-max-entries-per-ledger", "1000"],
+        broker_args=[
+            "--managed-ledger-max-entries-per-ledger",
+            "1000",
+            "--managed-ledger-min-ledger-rollover-time-minutes",
+            "0",
+        ],
     ) as cluster:
         yield cluster

@@ -82,7 +82,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedStandal
         web_port=0,
         retention_check_interval_seconds=0,  # off: only the sweep's apply trims
         message_expiry_check_interval_minutes=0,  # off: TTL applies only when the sweep asks
-        managed_ledger=ManagedLedgerConfig(max_entries_per_ledger=PER_LEDGER),
+        managed_ledger=ManagedLedgerConfig(max_entries_per_ledger=PER_LEDGER, min_ledger_seconds=0),
     )
     with ThreadedStandalone(tmp_path_factory.mktemp("sweep") / "data", config) as node:
         node.broker.clock = lambda: time.time() + AHEAD
@@ -283,7 +283,13 @@ def test_verdict_counts_a_ledger_expired_by_ttl_only_when_it_closed_before_now_m
 @pytest.fixture
 def trim_standalone(tmp_path: Path) -> Iterator[StandaloneProcess]:
     with run_standalone(
-        tmp_path, "--managed-ledger-max-entries-per-ledger", "5", "--retention-check-interval-seconds", "3600"
+        tmp_path,
+        "--managed-ledger-max-entries-per-ledger",
+        "5",
+        "--managed-ledger-min-ledger-rollover-time-minutes",
+        "0",
+        "--retention-check-interval-seconds",
+        "3600",
     ) as sa:
         yield sa
 

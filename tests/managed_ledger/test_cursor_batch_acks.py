@@ -13,7 +13,7 @@ from tests.managed_ledger.conftest import Stack
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, Position
 from magnetar.managed_ledger.counts import LedgerCounts
 
-SMALL = ManagedLedgerConfig(max_entries_per_ledger=10, cursor_flush_delay=0.001)
+SMALL = ManagedLedgerConfig(max_entries_per_ledger=10, min_ledger_seconds=0, cursor_flush_delay=0.001)
 
 
 def messages_in(data: bytes) -> int:

@@ -11,7 +11,7 @@ from tests.managed_ledger.conftest import Stack
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, Position
 from magnetar.managed_ledger.cursor import from_ranges, to_ranges
 
-SMALL = ManagedLedgerConfig(max_entries_per_ledger=10, cursor_flush_delay=0.001)
+SMALL = ManagedLedgerConfig(max_entries_per_ledger=10, min_ledger_seconds=0, cursor_flush_delay=0.001)
 
 
 async def _read_all(ml: ManagedLedger, start: Position) -> list[bytes]:
@@ -161,4 +161,21 @@ async def test_a_failed_ledger_is_left_for_a_new_one_on_the_next_add(stack: Stac
     assert after.ledger_id != failed_ledger
     assert ml.entries_in(failed_ledger) == 5
     assert await _read_all(ml, ml.first_position) == [b"0", b"1", b"2", b"3", b"4", b"after"]
+    await ml.close()
+
+
+async def test_a_full_ledger_rolls_over_only_once_it_is_old_enough(stack: Stack) -> None:
+    """managedLedgerMinLedgerRolloverTimeMinutes: a ledger past its entry limit keeps taking adds
+    until it reaches the minimum age; the first add after that goes to a new ledger."""
+    config = ManagedLedgerConfig(max_entries_per_ledger=5, min_ledger_seconds=600, cursor_flush_delay=0.001)
+    ml = await ManagedLedger.open("t/ns/young", stack.store, stack.ledgers, config)
+    await ml.open_cursor("c", start_at_earliest=True)
+    young = [await ml.add_entry(f"{i}".encode()) for i in range(12)]
+    assert {p.ledger_id for p in young} == {young[0].ledger_id}
+    assert ml.entries_in(young[0].ledger_id) == 12
+    ml._current_created -= 600  # the ledger is now ten minutes old, as if the time had passed
+    after = await ml.add_entry(b"after")
+    assert after.ledger_id != young[0].ledger_id
+    assert ml.ledger_ids[:2] == [young[0].ledger_id, after.ledger_id]
+    assert await _read_all(ml, ml.first_position) == [f"{i}".encode() for i in range(12)] + [b"after"]
     await ml.close()

@@ -7,7 +7,7 @@ from tests.managed_ledger.conftest import Stack
 
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, Position
 
-SMALL = ManagedLedgerConfig(max_entries_per_ledger=10, cursor_flush_delay=0.001)
+SMALL = ManagedLedgerConfig(max_entries_per_ledger=10, min_ledger_seconds=0, cursor_flush_delay=0.001)
 
 
 async def test_non_durable_cursor_is_never_stored_or_loaded(stack: Stack) -> None:

@@ -8,7 +8,7 @@ from tests.managed_ledger.conftest import Stack
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, Position
 from magnetar.managed_ledger.search import first_reaching
 
-SMALL = ManagedLedgerConfig(max_entries_per_ledger=4, cursor_flush_delay=0.001)
+SMALL = ManagedLedgerConfig(max_entries_per_ledger=4, min_ledger_seconds=0, cursor_flush_delay=0.001)
 
 
 def key(data: bytes) -> int:

@@ -11,7 +11,7 @@ from tests.managed_ledger.conftest import Stack
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig
 from magnetar.protocol.errors import MagnetarError
 
-SMALL = ManagedLedgerConfig(max_entries_per_ledger=10, cursor_flush_delay=0.001)
+SMALL = ManagedLedgerConfig(max_entries_per_ledger=10, min_ledger_seconds=0, cursor_flush_delay=0.001)
 
 
 async def _fill(ml: ManagedLedger, n: int) -> list:  # type: ignore[type-arg]

@@ -43,6 +43,7 @@ KEYS: dict[str, dict[str, str]] = {
         "retentionCheckIntervalInSeconds": "retention_check_interval_seconds",
         "backlogQuotaCheckIntervalInSeconds": "backlog_quota_check_interval_seconds",
         "managedLedgerMaxEntriesPerLedger": "managed_ledger_max_entries_per_ledger",
+        "managedLedgerMinLedgerRolloverTimeMinutes": "managed_ledger_min_ledger_rollover_time_minutes",
         "brokerServiceCompactionMonitorIntervalInSeconds": "broker_service_compaction_monitor_interval_in_seconds",
         "brokerServiceCompactionThresholdInBytes": "broker_service_compaction_threshold_in_bytes",
         "topicCompactionRetainNullKey": "topic_compaction_retain_null_key",

@@ -75,12 +75,13 @@ def _exit_on_session_loss(role: str) -> Callable[[], None]:
 
 
 def _add_policy_check_flags(parser: argparse.ArgumentParser) -> None:
-    """How often the broker applies message TTL, retention and backlog quotas, and how large a
-    ledger grows before roll-over (Pulsar's broker.conf names, in their units)."""
+    """How often the broker applies message TTL, retention and backlog quotas, and how large and
+    how old a ledger grows before roll-over (Pulsar's broker.conf names, in their units)."""
     parser.add_argument("--message-expiry-check-interval-minutes", type=float, default=5.0)
     parser.add_argument("--retention-check-interval-seconds", type=float, default=120.0)
     parser.add_argument("--backlog-quota-check-interval-seconds", type=float, default=60.0)
     parser.add_argument("--managed-ledger-max-entries-per-ledger", type=int, default=50_000)
+    parser.add_argument("--managed-ledger-min-ledger-rollover-time-minutes", type=float, default=10.0)
 
 
 def _policy_check_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -91,7 +92,10 @@ def _policy_check_settings(args: argparse.Namespace) -> dict[str, Any]:
         "message_expiry_check_interval_minutes": args.message_expiry_check_interval_minutes,
         "retention_check_interval_seconds": args.retention_check_interval_seconds,
         "backlog_quota_check_interval_seconds": args.backlog_quota_check_interval_seconds,
-        "managed_ledger": ManagedLedgerConfig(max_entries_per_ledger=args.managed_ledger_max_entries_per_ledger),
+        "managed_ledger": ManagedLedgerConfig(
+            max_entries_per_ledger=args.managed_ledger_max_entries_per_ledger,
+            min_ledger_seconds=args.managed_ledger_min_ledger_rollover_time_minutes * 60.0,
+        ),
     }
 
 

@@ -15,6 +15,10 @@ class ManagedLedgerConfig:
     max_entries_per_ledger: int = 50_000
     max_bytes_per_ledger: int = 2 * 1024 * 1024 * 1024
     max_ledger_seconds: float = 4 * 3600.0
+    # A ledger full by entries or bytes is kept until it is this old (managedLedgerMinLedgerRolloverTimeMinutes,
+    # 10 minutes as in Pulsar): a roll-over holds every add for a few metadata writes, so a busy topic
+    # should not pay that every 50,000 entries. A failed ledger is replaced at once whatever its age.
+    min_ledger_seconds: float = 600.0
     # Recently written entries kept in memory so tailing consumers never hit the bookies
     # (managedLedgerCacheSizeMB). Bounded so that a large backlog costs disk, not memory.
     cache_bytes: int = 64 * 1024 * 1024

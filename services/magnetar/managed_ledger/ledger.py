@@ -439,14 +439,14 @@ class ManagedLedger:
 
     def _should_roll(self) -> bool:
         """Roll before an add would overfill the current ledger (counted at issue, not at ack,
-        so that a burst of pipelined adds cannot overshoot the limit)."""
+        so that a burst of pipelined adds cannot overshoot the limit), once the ledger is at least
+        ``min_ledger_seconds`` old; until then it grows past the limit, as Pulsar's does."""
         c = self.config
-        return (
-            self._ledger_failed
-            or self._issued >= c.max_entries_per_ledger
-            or self._issued_bytes >= c.max_bytes_per_ledger
-            or (self._issued > 0 and time.monotonic() - self._current_created >= c.max_ledger_seconds)
-        )
+        if self._ledger_failed:
+            return True
+        age = time.monotonic() - self._current_created
+        full = self._issued >= c.max_entries_per_ledger or self._issued_bytes >= c.max_bytes_per_ledger
+        return (full and age >= c.min_ledger_seconds) or (self._issued > 0 and age >= c.max_ledger_seconds)
 
     @property
     def _rolling(self) -> bool:
