@@ -10,14 +10,9 @@ the exhaustion scenario's quiet tenant).
 ``ServerConnection.eof_received`` keeps the transport open instead and hands it to the broker's
 ``ClosingQueue``, which closes at most ``PER_TURN`` transports per loop turn: the work is the
 same, spread over turns, with other connections' callbacks in between. Between two batches the
-loop idles ``PAUSE`` (1 ms) rather than going straight on (``call_soon``): a loop that always has
-a callback ready never waits in its poll, and a thread on the publish path (the bookie's writer,
-in standalone) then gets the GIL only once per switch interval (5 ms), several times per publish.
-Measured back to back (tests/faults/test_exhaustion.py, 5 seeds each), the quiet tenant's
-publish p99 while 10,000 clients left was 41 ms (28-57) with ``call_soon`` and 15.5 ms (15-17)
-with the pause; closing them all takes about 0.16 s longer. A client that left
-needs nothing more from the connection, so the delay costs it nothing; its producers and
-consumers are removed when the close completes, as before.
+loop idles ``loop_pause.PAUSE`` (1 ms) rather than going straight on (``call_soon``); ``loop_pause``
+says why and what it bought. A client that left needs nothing more from the connection, so the
+delay costs it nothing; its producers and consumers are removed when the close completes, as before.
 """
 
 from __future__ import annotations
@@ -25,8 +20,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
+from magnetar.broker.loop_pause import PAUSE
+
 PER_TURN = 64
-PAUSE = 0.001  # seconds the loop idles between two batches, so other threads get the GIL
 
 
 class ClosingQueue:

@@ -10,13 +10,8 @@ scraped. Here a scrape reads the loaded topics in slices of ``SLICE`` and render
 
 The text is rendered on the loop rather than in a worker thread: a thread rendering pure Python
 holds the GIL for up to the switch interval (5 ms) at a time, and each step of another tenant's
-request then waits for it. Between slices the scrape sleeps ``PAUSE`` (1 ms), not ``sleep(0)``:
-with a callback always ready the loop never waits in its poll, so a thread on the publish path
-(the bookie's writer, in standalone) got the GIL only once per switch interval, several times per
-publish, and every publish made during a scrape took about as long as the scrape. Measured at
-3,000 topics on an otherwise idle machine (tests/faults/test_exhaustion.py): the quiet
-tenant's publish p99 across three scrapes was 52-117 ms (5 seeds, median 57) with ``sleep(0)``
-and 4-8 ms (8 runs) with the pauses; a scrape takes 0.12 s instead of 0.06 s.
+request then waits for it. Between slices the scrape idles ``loop_pause.PAUSE`` (1 ms), not
+``sleep(0)``; ``loop_pause`` says why and what it bought.
 """
 
 from __future__ import annotations
@@ -29,13 +24,14 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from magnetar.broker.loop_pause import PAUSE
+
 if TYPE_CHECKING:
     from magnetar.broker.non_persistent_topic import NonPersistentTopic
     from magnetar.broker.topic import PersistentTopic
 
 SLICE = 100  # topics read between two returns to the loop
 SAMPLES_PER_TURN = 500  # samples rendered between two returns to the loop
-PAUSE = 0.001  # seconds the loop idles between two slices, so other threads get the GIL
 
 
 class _Families:
