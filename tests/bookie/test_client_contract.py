@@ -83,3 +83,26 @@ async def test_delete_ledger(client: BookieClient) -> None:
     await client.delete_ledger(6)
     with pytest.raises(NoSuchLedger):
         await client.read_lac(6)
+
+
+async def test_nowait_adds_pipelined_in_one_turn_all_resolve(client: BookieClient) -> None:
+    """``add_entry_nowait`` (the write handle's path): 300 adds queued in one loop turn (over TCP
+    one write to the socket) resolve, are stored, and raise the LAC as ``add_entry`` does."""
+    payloads = [entry(f"n{e}".encode() * (e + 1)) for e in range(300)]
+    futures = [client.add_entry_nowait(5, e, d, c, e - 1) for e, (d, c) in enumerate(payloads)]
+    assert await asyncio.gather(*futures) == [None] * 300
+    results = await asyncio.gather(*(client.read_entry(5, e) for e in range(300)))
+    assert [r.data for r in results] == [d for d, _ in payloads]
+    assert await client.read_lac(5) == 298
+
+
+async def test_nowait_errors_come_through_the_future_with_their_class(client: BookieClient) -> None:
+    data, crc = entry(b"x")
+    await client.add_entry(6, 0, data, crc, NO_ENTRY)  # over TCP: the connection exists, so the fast path runs
+    bad = client.add_entry_nowait(6, 1, data, crc + 1, NO_ENTRY)  # refused before queueing: still a future
+    with pytest.raises(ChecksumError):
+        await bad
+    await client.fence(6)
+    with pytest.raises(LedgerFenced):
+        await client.add_entry_nowait(6, 1, data, crc, 0)
+    assert (await client.add_entry_nowait(6, 1, data, crc, 0, recovery=True)) is None

@@ -19,8 +19,9 @@ from magnetar.bookie.tcp_client import TcpBookieClient
 from magnetar.ledger.bookie_api import NO_ENTRY
 from magnetar.metadata import paths
 from magnetar.metadata.lmdb_store import LmdbMetadataStore
+from magnetar.protocol import commands as c
 from magnetar.protocol.errors import BookieReadOnly, NoSuchLedger, NotConnected, Timeout
-from magnetar.protocol.framing import FrameDecoder, encode_frame
+from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 
 from .conftest import entry
 
@@ -197,6 +198,39 @@ async def test_unanswered_request_times_out() -> None:
         async with TcpBookieClient("mute", "127.0.0.1", port, request_timeout=0.2) as client:
             with pytest.raises(Timeout):
                 await client.read_lac(1)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_unanswered_nowait_adds_time_out_each_at_its_own_deadline() -> None:
+    """The fast add path has no timer per request: one sweep per connection fails each add whose
+    deadline passed, and re-arms for the next. The bookie here answers reads of the LAC (so the
+    connection is up and adds take the fast path) and never answers an add."""
+    data, crc = entry(b"lost")
+
+    async def reads_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder(DEFAULT_MAX_FRAME_SIZE)
+        while chunk := await reader.read(65536):
+            for cmd in decoder.feed(chunk):
+                if cmd["t"] == c.BK_READ_LAC:
+                    writer.write(encode_frame(c.bk_lac_response(cmd["rid"], NO_ENTRY)))
+        writer.close()
+
+    server = await asyncio.start_server(reads_only, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with TcpBookieClient("mute", "127.0.0.1", port, request_timeout=0.3) as client:
+            assert await client.read_lac(1) == NO_ENTRY
+            first = client.add_entry_nowait(1, 0, data, crc, NO_ENTRY)
+            await asyncio.sleep(0.2)  # a later deadline: the sweep must re-arm for it
+            second = client.add_entry_nowait(1, 1, data, crc, NO_ENTRY)
+            with pytest.raises(Timeout, match="mute did not answer bk_add"):
+                await first
+            assert not second.done()
+            with pytest.raises(Timeout):
+                await second
+            assert await client.read_lac(1) == NO_ENTRY  # the connection stays usable
     finally:
         server.close()
         await server.wait_closed()

@@ -91,6 +91,11 @@ class FaultyBookie:
             await self._release.wait()
         self._check()
 
+    def add_entry_nowait(
+        self, ledger_id: int, entry_id: int, data: bytes, crc: int, lac: int, *, recovery: bool = False
+    ) -> asyncio.Future[None]:
+        return asyncio.ensure_future(self.add_entry(ledger_id, entry_id, data, crc, lac, recovery=recovery))
+
     async def read_entry(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> ReadResult:
         self._check()
         if self.fail_reads:

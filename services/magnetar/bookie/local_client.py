@@ -6,6 +6,8 @@ behave exactly as over the wire; only serialization and the socket are skipped.
 
 from __future__ import annotations
 
+import asyncio
+
 from magnetar.bookie.storage import BookieStorage
 from magnetar.ledger.bookie_api import ReadResult
 
@@ -23,6 +25,18 @@ class LocalBookieClient:
         self, ledger_id: int, entry_id: int, data: bytes, crc: int, lac: int, *, recovery: bool = False
     ) -> None:
         await self._storage.add_nowait(ledger_id, entry_id, data, crc, lac, recovery=recovery)
+
+    def add_entry_nowait(
+        self, ledger_id: int, entry_id: int, data: bytes, crc: int, lac: int, *, recovery: bool = False
+    ) -> asyncio.Future[None]:
+        """The storage's own future (resolved by its group commit); a refusal before queueing
+        (CRC, read-only, closed) comes back as a failed future, as over TCP."""
+        try:
+            return self._storage.add_nowait(ledger_id, entry_id, data, crc, lac, recovery=recovery)
+        except Exception as exc:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            fut.set_exception(exc)
+            return fut
 
     async def read_entry(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> ReadResult:
         if fence:

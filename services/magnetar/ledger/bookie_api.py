@@ -8,6 +8,7 @@ in-process one for standalone, a TCP one for clusters) and the broker wires them
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +36,14 @@ class BookieClient(Protocol):
     ) -> None:
         """Durably store an entry (returns after the bookie's group commit). ``recovery`` adds are
         allowed on a fenced ledger (they come from the recovering reader)."""
+        ...
+
+    def add_entry_nowait(
+        self, ledger_id: int, entry_id: int, data: bytes, crc: int, lac: int, *, recovery: bool = False
+    ) -> asyncio.Future[None]:
+        """``add_entry`` as a future, without a coroutine: a write handle sends every entry to Qw
+        bookies, and a task per copy was most of a broker's work per message. Never raises: every
+        error comes through the future."""
         ...
 
     async def read_entry(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> ReadResult: ...

@@ -20,6 +20,7 @@ import logging
 import random
 import time
 from collections import deque
+from functools import partial
 
 from magnetar.ledger.bookie_api import NO_ENTRY, BookieClient, BookieResolver
 from magnetar.ledger.bookie_latency import BOOKIE_LATENCY
@@ -93,7 +94,6 @@ class WriteHandle:
         self._failures: dict[int, str] = {}
         self._failed_bookies: set[str] = set()
         self._changer: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -185,20 +185,22 @@ class WriteHandle:
             self._send(pending, slot)
 
     def _send(self, pending: _PendingAdd, slot: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._add(pending, slot, self._ensemble[slot]))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """Send one copy; ``_added`` runs when the bookie answers (a future and a callback, not a
+        task: this runs Qw times per entry, and a task per copy was most of the broker's work)."""
+        bookie_id = self._ensemble[slot]
+        fut = self._client(bookie_id).add_entry_nowait(
+            self._ledger_id, pending.entry_id, pending.data, pending.crc, self._lac
+        )
+        fut.add_done_callback(partial(self._added, pending, slot, bookie_id, time.monotonic()))
 
-    async def _add(self, pending: _PendingAdd, slot: int, bookie_id: str) -> None:
-        sent = time.monotonic()
-        try:
-            await self._client(bookie_id).add_entry(
-                self._ledger_id, pending.entry_id, pending.data, pending.crc, self._lac
-            )
-        except LedgerFenced as exc:
+    def _added(self, pending: _PendingAdd, slot: int, bookie_id: str, sent: float, fut: asyncio.Future[None]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if isinstance(exc, LedgerFenced):
             self._fail(exc)  # R11: a recovery has started; this writer is finished
             return
-        except Exception as exc:  # anything else: treat the bookie as dead (R12)
+        if exc is not None:  # anything else: treat the bookie as dead (R12)
             # Even when the entry already reached Qa through the others (Qa < Qw): a bookie that
             # times out or fails must leave the ensemble, as in BookKeeper, or a silent bookie would
             # stay in it for good and every later entry would have one copy fewer, unreported
