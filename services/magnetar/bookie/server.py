@@ -86,9 +86,13 @@ def _bytes(cmd: Mapping[str, object], field: str) -> bytes:
 
 class _Connection:
     """One client connection: writes responses unless the connection is already going away, and
-    tracks the writes still in flight so that a protocol error answers them before closing."""
+    tracks the writes still in flight so that a protocol error answers them before closing.
 
-    __slots__ = ("expired", "expiry", "identity", "in_flight", "writer")
+    Answers are queued and written once per event-loop turn (``flush``): a group commit resolves
+    every add of its batch in one callback, and one ``send`` per answer was most of a bookie's
+    work per add. Whatever closes or drains the connection flushes first."""
+
+    __slots__ = ("expired", "expiry", "identity", "in_flight", "out", "writer")
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
@@ -96,14 +100,23 @@ class _Connection:
         self.identity: BookieClientIdentity | None = None  # set by ``bk_auth``
         self.expired = False  # its token expired: refuse what comes next, close (R83)
         self.expiry: asyncio.TimerHandle | None = None
+        self.out: list[bytes] = []  # answers queued in this loop turn
 
     def track(self, fut: asyncio.Future[Any]) -> None:
         self.in_flight.add(fut)
         fut.add_done_callback(self.in_flight.discard)
 
     def send(self, message: c.BkResponse | c.Error) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(encode_frame(message))
+        if self.writer.is_closing():
+            return
+        if not self.out:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.out.append(encode_frame(message))
+
+    def flush(self) -> None:
+        out, self.out = self.out, []
+        if out and not self.writer.is_closing():
+            self.writer.write(out[0] if len(out) == 1 else b"".join(out))
 
     def fail(self, rid: int, exc: BaseException) -> None:
         if isinstance(exc, MagnetarError):
@@ -224,6 +237,7 @@ class BookieServer:
                     if conn.in_flight:  # requests before the bad frame still get their answers
                         await asyncio.wait(list(conn.in_flight))
                     conn.send(c.error_frame(None, str(exc.code), str(exc)))
+                    conn.flush()
                     await _linger(reader, writer)
                     return
                 await writer.drain()  # back-pressure: stop reading while responses pile up
@@ -232,6 +246,7 @@ class BookieServer:
         finally:
             if conn.expiry is not None:
                 conn.expiry.cancel()
+            conn.flush()
             self._writers.discard(writer)
             writer.close()
 
@@ -278,6 +293,7 @@ class BookieServer:
             if conn.in_flight:
                 await asyncio.wait(list(conn.in_flight))
             conn.send(c.error_frame(None, "AuthenticationError", "Failed to authenticate: token expired"))
+            conn.flush()
             with contextlib.suppress(ConnectionError):
                 await conn.writer.drain()
             conn.writer.close()
