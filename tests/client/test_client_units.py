@@ -421,3 +421,17 @@ async def test_subscribe_carries_priority_key_shared_policy_and_reader_start():
     assert reader._skipped_indexes((3, 5), 10, True) == set()
     earliest = part(ConsumerConfig("r"), durable=False, start_message_id=MessageId.earliest)._subscribe_cmd(11)
     assert (earliest["start_message_id"], "start_inclusive" in earliest) == ([-1, -1, -1], False)
+
+
+def test_top_level_names_are_kept_after_the_first_lookup() -> None:
+    """``magnetar.Result`` is resolved once through the package's ``__getattr__`` and then kept as a
+    module global, so a callback that reads it per message pays an attribute read, not an import."""
+    import magnetar
+    import magnetar.client
+
+    magnetar.__dict__.pop("Result", None)
+    assert magnetar.Result is magnetar.client.Result
+    assert magnetar.__dict__["Result"] is magnetar.client.Result
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        magnetar.NoSuchName  # noqa: B018
+    assert "NoSuchName" not in magnetar.__dict__
