@@ -44,7 +44,7 @@ from magnetar.protocol.errors import (
     MalformedFrame,
     UnknownCommand,
 )
-from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
+from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frames
 
 log = logging.getLogger(__name__)
 _READ_CHUNK = 256 * 1024
@@ -100,7 +100,7 @@ class _Connection:
         self.identity: BookieClientIdentity | None = None  # set by ``bk_auth``
         self.expired = False  # its token expired: refuse what comes next, close (R83)
         self.expiry: asyncio.TimerHandle | None = None
-        self.out: list[bytes] = []  # answers queued in this loop turn
+        self.out: list[c.BkResponse | c.Error] = []  # answers queued in this loop turn
 
     def track(self, fut: asyncio.Future[Any]) -> None:
         self.in_flight.add(fut)
@@ -111,12 +111,12 @@ class _Connection:
             return
         if not self.out:
             asyncio.get_running_loop().call_soon(self.flush)
-        self.out.append(encode_frame(message))
+        self.out.append(message)
 
     def flush(self) -> None:
         out, self.out = self.out, []
         if out and not self.writer.is_closing():
-            self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+            self.writer.write(encode_frames(out))
 
     def fail(self, rid: int, exc: BaseException) -> None:
         if isinstance(exc, MagnetarError):

@@ -34,14 +34,14 @@ import contextlib
 import itertools
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import cast
 
 from magnetar.bookie.client_security import BookieClientSecurity
 from magnetar.ledger.bookie_api import ReadResult
 from magnetar.protocol import commands as c
 from magnetar.protocol.errors import AuthenticationError, MagnetarError, NotConnected, Timeout, error_from_wire
-from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
+from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frames
 from magnetar.security.tokens import TokenError, show
 
 AddressResolver = Callable[[], Awaitable[tuple[str, int]]]
@@ -75,12 +75,12 @@ class _Connection:
         self.retiring = False  # replaced by a fresh connection: closes once nothing is pending
         self.expires_at: float | None = None  # of the token it authenticated with
         self._decoder = FrameDecoder(max_frame)
-        self._out: list[bytes] = []  # frames queued in this loop turn
+        self._out: list[Mapping[str, object]] = []  # frames queued in this loop turn
         self._sweep: asyncio.TimerHandle | None = None
         self.loop = asyncio.get_running_loop()
         self.task = self.loop.create_task(self._read_loop())
 
-    def write(self, frame: bytes) -> None:
+    def write(self, frame: Mapping[str, object]) -> None:
         """Queue a frame; all frames queued in one loop turn go to the socket in one write."""
         if not self._out:
             self.loop.call_soon(self._flush)
@@ -89,7 +89,7 @@ class _Connection:
     def _flush(self) -> None:
         out, self._out = self._out, []
         if out and not self.closed:
-            self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+            self.writer.write(encode_frames(out))
 
     def add(self, rid: int, fut: asyncio.Future[None], timeout: float) -> None:
         """Track an add sent without a task; it fails with ``Timeout`` after ``timeout`` seconds."""
@@ -265,7 +265,7 @@ class TcpBookieClient:
         conn.pending[rid] = fut
         cmd["rid"] = rid
         try:
-            conn.write(encode_frame(cmd))
+            conn.write(cmd)
             async with asyncio.timeout(answer_within):
                 await conn.writer.drain()
                 response = await fut
@@ -300,7 +300,7 @@ class TcpBookieClient:
         rid = next(self._rids)
         fut: asyncio.Future[None] = conn.loop.create_future()
         conn.add(rid, fut, self._request_timeout)
-        conn.write(encode_frame(c.bk_add(ledger_id, entry_id, bytes(data), crc, lac, recovery, rid)))
+        conn.write(c.bk_add(ledger_id, entry_id, bytes(data), crc, lac, recovery, rid))
         return fut
 
     async def read_entry(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> ReadResult:
