@@ -23,6 +23,15 @@ Workloads (100-byte messages):
       the stamps compare across processes.
   50k the W2 machinery at --rate-high (50,000) msg/s for --seconds-high (10) s: publish-ack p99.
 
+CPU per message (W2). Latency at W2 is set less by any one step than by how busy the machine is:
+the producer, the server and the consumer share 2 cores, and a thread woken by a reply or by a
+finished fsync waits for a core while both are taken. So every W2 run also reports the CPU
+(user + system) each side spent per message: the producer and consumer processes measure their own
+(``os.times`` around the workload, after their client library is imported), and the parent sums
+every process it started for the server (the standalone, the local cluster's etcd, bookies and
+broker, redis-server, RabbitMQ's beam) from the consumer's subscription to the end of the drain.
+``cores`` is that total over the run's scheduled duration: the share of the machine W2 occupies.
+
 Magnetar is driven as a Pulsar user would write it (``import magnetar as pulsar``):
 ``create_producer(topic, block_if_queue_full=True, max_pending_messages=20000,
 batching_enabled=True)`` with pulsar-client's other defaults (batches of up to 1,000 messages /
@@ -87,6 +96,8 @@ FIGURES = [
     "pub_ack_p99_high_ms",
 ]
 RATE_FIGURES = ["publish_msg_per_s", "consume_msg_per_s"]
+# W2's CPU per message (µs; module docstring) and the cores it kept busy
+CPU_FIGURES = ["w2_cpu_producer_us", "w2_cpu_server_us", "w2_cpu_consumer_us", "w2_cpu_total_us", "w2_cores"]
 
 
 # ---------------------------------------------------------------- shared by every system's children
@@ -284,15 +295,44 @@ MAGNETAR_ROLES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 
 def run_child(role: str, spec: dict[str, Any], out: str) -> None:
-    """The hidden --child entry point: run one producer or consumer, write its JSON result."""
+    """The hidden --child entry point: run one producer or consumer, write its JSON result with
+    the CPU the workload itself took (``cpu_s``: the client library is imported before counting)."""
     system, _, part = role.partition(":")
     if system == "magnetar":
+        _magnetar()
+        started = cpu_seconds()
         result = MAGNETAR_ROLES[part](spec)
     else:
         import peers
 
+        peers.import_client(system)
+        started = cpu_seconds()
         result = peers.run_role(system, part, spec)
+    result["cpu_s"] = cpu_seconds() - started
     Path(out).write_text(json.dumps(result))
+
+
+def cpu_seconds() -> float:
+    """User + system CPU this process has used (every thread)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def server_cpu_seconds(exclude: set[int]) -> float:
+    """User + system CPU used so far by every live process this benchmark started (the server's,
+    however many it runs), except the producer and consumer processes in ``exclude``."""
+    import psutil
+
+    total = 0.0
+    for proc in psutil.Process().children(recursive=True):
+        if proc.pid in exclude:
+            continue
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:  # exited meanwhile: a helper, not the server
+            continue
+        total += t.user + t.system
+    return total
 
 
 # ---------------------------------------------------------------- the parent: processes and runs
@@ -418,11 +458,22 @@ def w2(
         consumer = Child(workdir, f"{system.role}:w2-consume", spec)
         try:
             consumer.wait_ready()
-            produced = Child(workdir, f"{system.role}:w2-produce", spec).result()
+            server_before = server_cpu_seconds({consumer.proc.pid})
+            producer = Child(workdir, f"{system.role}:w2-produce", spec)
+            produced = producer.result()
             consumed = consumer.result(DRAIN_TIMEOUT_S)
+            server = server_cpu_seconds({consumer.proc.pid, producer.proc.pid}) - server_before
         finally:
             consumer.kill()
-    return {"pub_ack": produced["pub_ack"], "e2e": consumed["e2e"]}
+    n = spec["messages"]
+    cpu = {
+        "producer_us": produced["cpu_s"] / n * 1e6,
+        "server_us": server / n * 1e6,
+        "consumer_us": consumed["cpu_s"] / n * 1e6,
+    }
+    cpu["total_us"] = sum(cpu.values())
+    cpu["cores"] = cpu["total_us"] * n / 1e6 / seconds
+    return {"pub_ack": produced["pub_ack"], "e2e": consumed["e2e"], "cpu": cpu}
 
 
 def topic(kind: str) -> str:
@@ -443,6 +494,7 @@ def one_run(system: System, w: Workloads) -> dict[str, Any]:
         e2e_p50_ms=low["e2e"]["p50_ms"],
         e2e_p99_ms=low["e2e"]["p99_ms"],
         pub_ack_p99_high_ms=high["pub_ack"]["p99_ms"],
+        **{f"w2_cpu_{key}" if key != "cores" else "w2_cores": value for key, value in low["cpu"].items()},
     )
     return row
 
@@ -451,13 +503,13 @@ def guarded_run(system: System, w: Workloads) -> dict[str, Any]:
     """A peer's run, whose failure becomes ``n/a`` figures (with the reason) instead of ending
     the benchmark: Magnetar's own runs are not guarded, a failure there must fail."""
     if system.missing:
-        return dict.fromkeys(FIGURES, f"{NA} ({system.missing})")
+        return dict.fromkeys(FIGURES + CPU_FIGURES, f"{NA} ({system.missing})")
     try:
         return one_run(system, w)
     except Exception as exc:
         print(f"{system.name}: run failed: {exc}", file=sys.stderr)
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return dict.fromkeys(FIGURES, f"{NA} ({reason})")
+        return dict.fromkeys(FIGURES + CPU_FIGURES, f"{NA} ({reason})")
 
 
 @contextlib.contextmanager
@@ -529,6 +581,19 @@ def table(summary: dict[str, dict[str, Any]], rate_high: float) -> str:
             f"| {cell('e2e_p50_ms', '.2f')} / {cell('e2e_p99_ms', '.2f')} "
             f"| {cell('pub_ack_p99_high_ms', '.2f')} |"
         )
+    return "\n".join(lines)
+
+
+def cpu_table(summary: dict[str, dict[str, Any]], rate: float) -> str:
+    """W2's CPU per message on each side, and the cores the whole run kept busy (of this machine's)."""
+    lines = [
+        f"| system | W2 CPU per message, µs: producer / server / consumer = total | cores busy at {rate:,.0f} msg/s |",
+        "|---|---:|---:|",
+    ]
+    for name, s in summary.items():
+        parts = " / ".join(_num(s[f"w2_cpu_{k}_us"], ".0f") for k in ("producer", "server", "consumer"))
+        cores = f"{_num(s['w2_cores'], '.2f')} of {os.cpu_count()}"
+        lines.append(f"| {name} | {parts} = {_num(s['w2_cpu_total_us'], '.0f')} | {cores} |")
     return "\n".join(lines)
 
 
@@ -610,10 +675,12 @@ def main(argv: list[str] | None = None) -> int:
 
         rows = each_run(runs, run)
         all_runs[system.name] = rows
-        summary[system.name] = {key: median_or_reason([row[key] for row in rows]) for key in FIGURES}
+        summary[system.name] = {key: median_or_reason([row[key] for row in rows]) for key in FIGURES + CPU_FIGURES}
 
     print()
     print(table(summary, w.rate_high))
+    print()
+    print(cpu_table(summary, w.rate))
     print()
     rs = ratios(summary)
     if rs:

@@ -476,6 +476,13 @@ ROLES: dict[str, dict[str, Callable[[dict[str, Any]], Any]]] = {
 }
 
 
+def import_client(system: str) -> None:
+    """Import a peer's Python client before the child starts counting its CPU (``run_child``)."""
+    import importlib
+
+    importlib.import_module({"redis": "redis.asyncio", "rabbitmq": "rstream"}[system])
+
+
 def run_role(system: str, role: str, spec: dict[str, Any]) -> dict[str, Any]:
     """One peer producer or consumer process's work (its coroutine, run to completion)."""
     result: dict[str, Any] = asyncio.run(ROLES[system][role](spec))

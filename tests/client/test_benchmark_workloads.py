@@ -28,6 +28,12 @@ FIGURES = [
     "e2e_p50_ms",
     "e2e_p99_ms",
     "pub_ack_p99_high_ms",
+    # W2's CPU per message on each side (producer, server, consumer) and the cores it kept busy
+    "w2_cpu_producer_us",
+    "w2_cpu_server_us",
+    "w2_cpu_consumer_us",
+    "w2_cpu_total_us",
+    "w2_cores",
 ]
 # Three servers start three times each: past the suite's 300 s default under a loaded 2-core machine.
 pytestmark = pytest.mark.timeout(900)
@@ -60,6 +66,10 @@ def assert_all_positive(stdout: str, summary: dict[str, Any], system: str) -> No
 def test_quick_workloads_measure_every_magnetar_figure(quick_run: tuple[str, dict[str, Any]]) -> None:
     stdout, summary = quick_run
     assert "| system | publish msg/s | consume msg/s |" in stdout
+    assert "| system | W2 CPU per message, µs: producer / server / consumer = total |" in stdout
+    figures = summary["systems"]["magnetar"]  # --quick is one run: its medians are that run's figures
+    parts = figures["w2_cpu_producer_us"] + figures["w2_cpu_server_us"] + figures["w2_cpu_consumer_us"]
+    assert abs(figures["w2_cpu_total_us"] - parts) < 1e-6 * parts
     assert_all_positive(stdout, summary, "magnetar")
 
 
