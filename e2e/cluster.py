@@ -110,6 +110,36 @@ class Cluster:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
         return self.kubectl("apply", "-f", "-", input=text)
 
+    def diagnose(self, namespace: str) -> str:
+        """What a user would look at when a release does not get Ready: the pods with their
+        restarts, the namespace's warning events, and the last log lines of every container that
+        restarted or is not ready (its previous run's, where it crashed). Best effort: a failing
+        kubectl call is reported in the text, never raised over the failure being diagnosed."""
+        parts = []
+        for args in (
+            ["get", "pods", "-n", namespace, "-o", "wide"],
+            ["get", "events", "-n", namespace, "--field-selector", "type=Warning", "--sort-by", ".lastTimestamp"],
+        ):
+            out = self.run(_tool("kubectl"), *args, check=False, timeout=60)
+            parts.append(f"$ kubectl {' '.join(args)}\n{out[-4000:]}")
+        try:
+            pods = self.pods(namespace, "")
+        except (subprocess.SubprocessError, ValueError) as exc:
+            return "\n".join([*parts, f"(pods unreadable: {exc})"])
+        for pod in pods:
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                if status.get("ready") and not status.get("restartCount"):
+                    continue
+                previous = ["--previous"] if status.get("restartCount") else []
+                args = ["logs", "-n", namespace, pod["metadata"]["name"], "-c", status["name"], "--tail", "25"]
+                out = self.run(_tool("kubectl"), *args, *previous, check=False, timeout=60)
+                parts.append(f"$ kubectl {' '.join(args + previous)}\n{out[-3000:]}")
+        text = "\n".join(parts)
+        logs = self.kubeconfig.parent / "logs"
+        if logs.is_dir():  # the local node: kept with its logs in LAST_LOGS after down()
+            (logs / f"diagnose-{namespace}.txt").write_text(text)
+        return text
+
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         select = ["-l", selector] if selector else []
         doc = json.loads(self.kubectl("get", "pods", "-n", namespace, *select, "-o", "json"))
@@ -197,6 +227,9 @@ class LocalNode:
         started = time.monotonic()
         log = self.run_dir / "up.log"
         with log.open("w") as out:
+            for stale in reap_stale_runs(self.run_dir.parent, keep=self.run_dir):
+                out.write(f"reaped {stale}: a node that was killed rather than taken down\n")
+            out.flush()
             proc = subprocess.run(
                 ["bash", str(SCRIPTS / "up.sh")],
                 stdout=out,
@@ -226,6 +259,35 @@ class LocalNode:
             check=False,
         )
         return proc.stdout + proc.stderr
+
+
+def reap_stale_runs(parent: Path, keep: Path) -> list[Path]:
+    """Unmount and remove the run directories of local nodes that were killed (CI cancelled, a
+    machine's session ended) rather than taken down by down.sh.
+
+    Such a directory keeps its pods' network namespaces alive through their mounts, and with them
+    addresses on the pod network; with the bridge gone (up.sh deletes a stale one) they reach
+    nothing, but they pile up (about 110 mounts a run). A directory is stale only when none of the
+    processes up.sh recorded is alive and no containerd shim serves its socket: a node another
+    suite is running right now is left alone."""
+    reaped = []
+    for run_dir in sorted(parent.glob("magnetar-e2e-*")):
+        if run_dir == keep or not (run_dir / "pid").is_dir() or any(running_pids(run_dir)):
+            continue
+        shims = subprocess.run(
+            ["pgrep", "-f", f"containerd-shim-runc-v2 .*-address {run_dir}/ctd/containerd.sock"],
+            capture_output=True,
+            check=False,
+        )
+        if shims.returncode == 0:
+            continue
+        with open("/proc/self/mounts") as mounts:
+            points = [line.split()[1] for line in mounts]
+        for point in sorted((m for m in points if m.startswith(f"{run_dir}/")), reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        reaped.append(run_dir)
+    return reaped
 
 
 def running_pids(run_dir: Path) -> Iterator[int]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
 from tests.operator.harness import ROOT, condition
 
-from e2e.cluster import Cluster, pod_ready, wait_for
+from e2e.cluster import Cluster, CommandFailed, pod_ready, wait_for
 
 NAMESPACE = "magnetar"
 RELEASE = "magnetar"
@@ -64,7 +65,12 @@ class Release:
             args += ["--reuse-values"]
         for value in [*self.base_values(), *sets]:
             args += ["--set", value]
-        return self.cluster.helm(*args, *(["--wait", "--timeout", "10m"] if wait else []))
+        if not wait:
+            return self.cluster.helm(*args)
+        try:
+            return self.cluster.helm(*args, "--wait", "--timeout", "10m")
+        except (CommandFailed, subprocess.TimeoutExpired) as exc:
+            raise AssertionError(f"{exc}\n{self.cluster.diagnose(self.namespace)}") from exc
 
     def bookie_pods(self) -> list[dict[str, Any]]:
         return self.cluster.pods(self.namespace, f"magnetar.dev/bookie-ensemble={self.name}-bookie")
@@ -79,4 +85,7 @@ class Release:
             br = [p for p in self.broker_pods() if pod_ready(p)]
             return condition(be).get("status") == "True" and len(bk) == bookies and len(br) == brokers
 
-        wait_for(f"{bookies} bookies and {brokers} brokers Ready", ready, timeout, every=2)
+        try:
+            wait_for(f"{bookies} bookies and {brokers} brokers Ready", ready, timeout, every=2)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.cluster.diagnose(self.namespace)}") from exc

@@ -83,7 +83,7 @@ Y
 bg proxy $BIN/kube-proxy --config=proxy.yaml
 # --- DNS: dnsmasq on the bridge gateway + a Service/Endpoints -> hosts-file feeder
 : > dns/hosts
-ip link show e2e0 >/dev/null 2>&1 || { ip link add e2e0 type bridge && ip addr add $PODNET.1/24 dev e2e0 && ip link set e2e0 up; }
+BR=e2e0 PODNET=$PODNET bash $HERE/bridge.sh
 bg dnsmasq dnsmasq --keep-in-foreground --no-resolv --server=$(awk '/^nameserver/{print $2; exit}' /etc/resolv.conf) --listen-address=$PODNET.1 \
   --bind-interfaces --no-hosts --addn-hosts=$R/dns/hosts --local=/cluster.local/ --pid-file= --user=root
 KC=$R/admin.kubeconfig CA=$R/pki/ca.crt HOSTS=$R/dns/hosts DNSPIDF=$R/pid/dnsmasq bg dnssync python3 $HERE/dns_sync.py
