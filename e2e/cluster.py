@@ -271,6 +271,8 @@ def reap_stale_runs(parent: Path, keep: Path) -> list[Path]:
     processes up.sh recorded is alive and no containerd shim serves its socket: a node another
     suite is running right now is left alone."""
     reaped = []
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1] for line in mounts]
     for run_dir in sorted(parent.glob("magnetar-e2e-*")):
         if run_dir == keep or not (run_dir / "pid").is_dir() or any(running_pids(run_dir)):
             continue
@@ -281,8 +283,6 @@ def reap_stale_runs(parent: Path, keep: Path) -> list[Path]:
         )
         if shims.returncode == 0:
             continue
-        with open("/proc/self/mounts") as mounts:
-            points = [line.split()[1] for line in mounts]
         for point in sorted((m for m in points if m.startswith(f"{run_dir}/")), reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
         shutil.rmtree(run_dir, ignore_errors=True)
