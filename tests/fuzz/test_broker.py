@@ -469,10 +469,14 @@ def test_broker_commands(fuzz_standalone: StandaloneProcess, figures: Figures) -
             figures.bump("sessions")
             assert sa.proc is not None and sa.proc.poll() is None, "the broker process died"
 
-    # Each worker numbers its own rids and seqs: give them disjoint ranges.
+    # Each worker numbers its own rids and seqs: give them disjoint ranges, none starting at 0. A
+    # mutation may set a frame's rid or seq to an edge integer (values.EDGE_INTS: 128, 256, ...);
+    # had a worker's own numbers reached it, the mutated frame's answer would pass for a second
+    # answer to the earlier command (seed 203146: a send mutated to seq 128 on a connection that
+    # had sent seq 128). From 2**48 up no edge integer is reached (the next is 2**53 + 1).
     gens = [Generator(random.Random(rng.random())) for _ in range(WORKERS)]
     for i, g in enumerate(gens):
-        g.next_rid = g.next_seq = i << 48
+        g.next_rid = g.next_seq = (i + 1) << 48
 
     async def main() -> None:
         await asyncio.gather(*(worker(g) for g in gens))
