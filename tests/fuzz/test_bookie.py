@@ -65,8 +65,10 @@ class Generator:
     def __init__(self, rng: random.Random, worker: int) -> None:
         self.rng = rng
         self.base = (worker + 1) << 40
-        self.next_rid = worker << 48
-        self.next_tag = worker << 48
+        # From 2**48 up, not 0: a mutation may set a rid to an edge integer (128, 256, ...), and one
+        # a session had already used would make its answer look like a second answer to that rid.
+        self.next_rid = (worker + 1) << 48
+        self.next_tag = (worker + 1) << 48
 
     def rid(self) -> int:
         self.next_rid += 1
