@@ -9,7 +9,8 @@ past ``--readonly-threshold`` (0.9); then:
 (a) it turns read-only before anything is damaged (a scrub of its whole storage afterwards finds
     no bad value, and no commit of it failed);
 (b) writes move to other bookies: the ledger gets a new fragment (or a new ledger) without it;
-(c) reads keep working from it: every entry of a closed ledger it holds reads back from it alone;
+(c) reads keep working from it: entries it stored before the fill (a sample of 50 acknowledged
+    ones, each read from it first) read back from it alone while it is read-only;
 (d) the condition is visible in its ``magnetar_bookie_read_only`` gauge and in the broker's admin
     list of bookies (``GET /admin/v2/bookies``: ``read_only: true``);
 (e) deleting the filler makes it writable again by itself (registration ``read_only: false``) and a
@@ -22,6 +23,7 @@ visible, the bookie turns read-only by itself, and it survives to write again on
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import random
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.faults.checker import OK
 from tests.faults.nemesis import current_ledger, eventually, finish, in_thread, record
 from tests.faults.smallfs import abandon, can_mount, fill_to, skip_or_fail, small_fs
 from tests.faults.workload import QueueWorkload
@@ -91,29 +94,64 @@ async def _fragments_since(cluster: LocalCluster, ledgers_before: set[int]) -> l
     return out
 
 
-async def _read_back_from(cluster: LocalCluster, bookie_id: str, limit: int, rng: random.Random) -> int:
-    """Read, from ``bookie_id`` alone, up to ``limit`` entries it holds in closed ledgers; each must
-    verify against its CRC. Returns how many were read."""
+async def _stored_sample(
+    cluster: LocalCluster, wl: QueueWorkload, bookie_id: str, limit: int, rng: random.Random
+) -> list[tuple[int, int]]:
+    """Up to ``limit`` entries acknowledged so far whose write set includes ``bookie_id``, each
+    once ``bookie_id`` alone serves it with a matching CRC (waited for: Qa=2 of Qw=3 acknowledges
+    an add before the third bookie has stored it).
+
+    Taken before the fill, so (c) reads back entries the bookie is known to hold. Entries in flight
+    when it turned read-only are not among them: it refused those, they were acknowledged by the
+    other two, and the new fragment starts after the last confirmed entry, so the metadata still
+    names it for them (under-replicated, as in BookKeeper, until a check copies them)."""
     store = await EtcdMetadataStore.connect(cluster.metadata_url, lease_ttl=5.0)
     resolver = MetadataBookieResolver(store)
     try:
+        acked = sorted({op.pos[:2] for op in wl.ops if op.status == OK and op.pos is not None and op.pos[0] >= 0})
         held: list[tuple[int, int]] = []
         async with cluster.metadata() as md:
-            for ledger_id in await md.ledger_ids():
-                meta = await md.ledger(ledger_id)
-                if meta is None or not meta.is_closed:
-                    continue
-                for entry_id in range(meta.last_entry_id + 1):
-                    f = meta.fragment_for(entry_id)
-                    slots = write_set(entry_id, meta.ensemble_size, meta.write_quorum)
-                    if any(f.bookies[s] == bookie_id for s in slots):
-                        held.append((ledger_id, entry_id))
-        picked = rng.sample(held, min(limit, len(held)))
+            metas = {ledger_id: await md.ledger(ledger_id) for ledger_id in {pos[0] for pos in acked}}
+        for ledger_id, entry_id in acked:
+            meta = metas[ledger_id]
+            if meta is None:
+                continue
+            f = meta.fragment_for(entry_id)
+            if any(f.bookies[s] == bookie_id for s in write_set(entry_id, meta.ensemble_size, meta.write_quorum)):
+                held.append((ledger_id, entry_id))
+        picked = sorted(rng.sample(held, min(limit, len(held))))
         client = resolver.client(bookie_id)
+
+        async def served(ledger_id: int, entry_id: int) -> bool:
+            try:
+                got = await client.read_entry(ledger_id, entry_id)
+            except (NoSuchEntry, NoSuchLedger):
+                return False
+            assert crc32c(got.data) == got.crc, (ledger_id, entry_id)
+            return True
+
         for ledger_id, entry_id in picked:
+            await eventually(
+                functools.partial(served, ledger_id, entry_id),
+                within=10,
+                what=f"{bookie_id} storing {ledger_id}:{entry_id}",
+            )
+        return picked
+    finally:
+        await resolver.close()
+        await store.close()
+
+
+async def _read_back_from(cluster: LocalCluster, bookie_id: str, entries: list[tuple[int, int]]) -> int:
+    """Read each of ``entries`` from ``bookie_id`` alone; each must verify against its CRC."""
+    store = await EtcdMetadataStore.connect(cluster.metadata_url, lease_ttl=5.0)
+    resolver = MetadataBookieResolver(store)
+    try:
+        client = resolver.client(bookie_id)
+        for ledger_id, entry_id in entries:
             got = await client.read_entry(ledger_id, entry_id)
             assert crc32c(got.data) == got.crc, (ledger_id, entry_id)
-        return len(picked)
+        return len(entries)
     finally:
         await resolver.close()
         await store.close()
@@ -160,6 +198,7 @@ async def _scenario(cluster: LocalCluster, wl: QueueWorkload, rng: random.Random
     assert victim.data_dir is not None
     async with cluster.metadata() as md:
         ledgers_before = set(await md.ledger_ids())
+    stored = await _stored_sample(cluster, wl, victim.name, 50, rng)
     target = rng.uniform(THRESHOLD + 0.02, 0.97)
     t_fill = time.monotonic()
     filler = await in_thread(fill_to, victim.data_dir, target)
@@ -182,7 +221,7 @@ async def _scenario(cluster: LocalCluster, wl: QueueWorkload, rng: random.Random
     settled = set(await _ledger_ids(cluster))
     await wl.wait_acked(300, after=time.monotonic(), within=60)
     late = [f for f in await _fragments_since(cluster, settled) if victim.name in f[2]]
-    read_back = await _read_back_from(cluster, victim.name, 50, rng)
+    read_back = await _read_back_from(cluster, victim.name, stored)
 
     t_free = time.monotonic()
     (victim.data_dir / "filler").unlink()
