@@ -104,7 +104,8 @@ async def _stored_sample(
     Taken before the fill, so (c) reads back entries the bookie is known to hold. Entries in flight
     when it turned read-only are not among them: it refused those, they were acknowledged by the
     other two, and the new fragment starts after the last confirmed entry, so the metadata still
-    names it for them (under-replicated, as in BookKeeper, until a check copies them)."""
+    names it for them: under-replicated, as in BookKeeper, until its scrubber finds them missing
+    from a closed ledger and has them copied back once it is writable (``bookie/scrub.py``)."""
     store = await EtcdMetadataStore.connect(cluster.metadata_url, lease_ttl=5.0)
     resolver = MetadataBookieResolver(store)
     try:
