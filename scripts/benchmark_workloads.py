@@ -62,6 +62,7 @@ import contextlib
 import json
 import os
 import select
+import statistics
 import struct
 import subprocess
 import sys
@@ -499,6 +500,25 @@ def one_run(system: System, w: Workloads) -> dict[str, Any]:
     return row
 
 
+def median_of_completed(values: list[Any]) -> float | str:
+    """A figure's median over the runs that measured it. A peer's run that failed (its server did
+    not start, say) is named below the table instead of hiding the runs that completed; with none
+    completed, the first run's ``n/a (reason)``."""
+    numbers = [v for v in values if isinstance(v, float)]
+    return statistics.median(numbers) if numbers else median_or_reason(values)
+
+
+def incomplete_runs(all_runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per system some of whose runs failed: how many completed, and why the others did not."""
+    lines = []
+    for name, rows in all_runs.items():
+        failed = [(i, row) for i, row in enumerate(rows, 1) if not isinstance(row["publish_msg_per_s"], float)]
+        if failed and len(failed) < len(rows):
+            why = "; ".join(f"run {i}: {row['publish_msg_per_s']}" for i, row in failed)
+            lines.append(f"{name}: medians of the {len(rows) - len(failed)} of {len(rows)} runs that completed ({why})")
+    return lines
+
+
 def guarded_run(system: System, w: Workloads) -> dict[str, Any]:
     """A peer's run, whose failure becomes ``n/a`` figures (with the reason) instead of ending
     the benchmark: Magnetar's own runs are not guarded, a failure there must fail."""
@@ -675,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
 
         rows = each_run(runs, run)
         all_runs[system.name] = rows
-        summary[system.name] = {key: median_or_reason([row[key] for row in rows]) for key in FIGURES + CPU_FIGURES}
+        summary[system.name] = {key: median_of_completed([row[key] for row in rows]) for key in FIGURES + CPU_FIGURES}
 
     print()
     print(table(summary, w.rate_high))
@@ -686,6 +706,8 @@ def main(argv: list[str] | None = None) -> int:
     if rs:
         print(ratio_lines(rs))
         print()
+    for line in incomplete_runs(all_runs):
+        print(line)
     print(
         f"medians of {runs} run(s); W1 {w.messages:,} msgs; W2 {w.rate:,.0f} msg/s for {w.seconds:g} s; "
         f"high rate {w.rate_high:,.0f} msg/s for {w.seconds_high:g} s; Magnetar batching: W1 on, "

@@ -36,6 +36,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -68,11 +69,41 @@ FIELD = b"d"
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"  # the Debian wrapper in /usr/sbin would su
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections (Linux's default if unreadable)."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A loopback port that is free now, outside the kernel's ephemeral range, and not handed out
+    before in this run.
+
+    A server binds its ports seconds after they are picked (RabbitMQ boots for several), and a port
+    from ``bind(0)`` is an ephemeral one: any outgoing connection meanwhile (the node's own to its
+    epmd, say) may take it as its local port. A run failed that way, RabbitMQ's AMQP listener with
+    ``eaddrinuse``. Ports below the ephemeral range are never given to outgoing connections."""
+    low, high = _ephemeral_range()
+    candidates = range(10_000, low) if low > 11_000 else range(high + 1, 65_536)
+    rng = random.Random()
+    for _ in range(1_000):
+        port = rng.choice(candidates)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise RuntimeError(f"no free loopback port in {candidates.start}-{candidates.stop - 1}")
 
 
 class ServerProcess:
