@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from magnetar.client import aio
+from magnetar.client import consumer as consumer_module
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError
 from magnetar.client.options import ConsumerType, InitialPosition
 from magnetar.protocol.errors import Timeout, Unsupported
@@ -73,6 +74,51 @@ async def test_acks_in_one_loop_iteration_share_one_frame(fake_broker):
         assert acks[0]["kind"] == "individual"
         assert acks[0]["positions"] == [[7, e] for e in range(5)]
         assert acks[0]["rid"] is not None
+
+
+async def test_acks_are_grouped_until_the_window_ends_or_the_group_is_full(fake_broker, monkeypatch):
+    """Pulsar's client groups acks (ackGroupingTimeMs 100, ackGroupingMaxSize 1,000): a window
+    no test outlasts shows that nothing else sends them, a full group goes at once, and the
+    window's own timer sends a partial group."""
+    monkeypatch.setattr(consumer_module, "ACK_GROUPING_SECONDS", 3600.0)
+    monkeypatch.setattr(consumer_module, "ACK_GROUPING_MAX", 3)
+    async with aio.Client(fake_broker.url) as client:
+        consumer = await client.subscribe("c", "s", initial_position=InitialPosition.Earliest)
+        await _produce(client, "c", 5, batching_enabled=False)
+        msgs = [await consumer.receive(timeout_millis=5000) for _ in range(5)]
+        for m in msgs[:2]:
+            await consumer.acknowledge(m)
+            for _ in range(5):
+                await _turn()  # many loop iterations: no frame per iteration any more
+        assert fake_broker.sent("ack") == []
+        await consumer.acknowledge(msgs[2])  # the third: the group is full
+        await fake_broker.wait_for(lambda: fake_broker.sent("ack"))
+        assert [a["positions"] for a in fake_broker.sent("ack")] == [[[7, 0], [7, 1], [7, 2]]]
+        monkeypatch.setattr(consumer_module, "ACK_GROUPING_SECONDS", 0.05)
+        await consumer.acknowledge(msgs[3])
+        await fake_broker.wait_for(lambda: len(fake_broker.sent("ack")) == 2)
+        assert fake_broker.sent("ack")[1]["positions"] == [[7, 3]]
+
+
+async def test_grouped_acks_go_out_before_a_redelivery_and_a_close(fake_broker, monkeypatch):
+    """An ack waiting in its group is sent before ``redeliver_unacknowledged_messages`` (or that
+    message would come back) and before the close, which does not wait for the window."""
+    monkeypatch.setattr(consumer_module, "ACK_GROUPING_SECONDS", 3600.0)
+    async with aio.Client(fake_broker.url) as client:
+        consumer = await client.subscribe("c", "s", initial_position=InitialPosition.Earliest)
+        await _produce(client, "c", 2, batching_enabled=False)
+        first, second = [await consumer.receive(timeout_millis=5000) for _ in range(2)]
+        await consumer.acknowledge(first)
+        consumer.redeliver_unacknowledged_messages()
+        await fake_broker.wait_for(lambda: fake_broker.sent("redeliver"))
+        frames = [f["t"] for f in fake_broker.frames]
+        assert frames.index("ack") < frames.index("redeliver")
+        assert fake_broker.sent("ack")[0]["positions"] == [[7, 0]]
+        await consumer.acknowledge(second)  # (this fake redelivers only named positions)
+        await asyncio.wait_for(consumer.close(), 5)  # not the hour-long window
+        frames = [f["t"] for f in fake_broker.frames]
+        assert fake_broker.sent("ack")[1]["positions"] == [[7, 1]]
+        assert frames.index("ack", frames.index("redeliver")) < frames.index("close_consumer")
 
 
 async def test_batched_entry_is_acked_only_after_all_its_messages(fake_broker):

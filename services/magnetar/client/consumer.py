@@ -6,12 +6,17 @@ batches acknowledgements. ``Consumer`` is what users hold: one receive queue fed
 partition (of one topic, or of several for multi-topic and pattern subscriptions: ``_add_parts``),
 ``receive``/``async for``, and acks routed back to the partition the message came from.
 
-Acks are coalesced: every ``acknowledge`` in one loop iteration lands in a list, and one ``ack``
-frame (with a ``rid``) goes out at the end of the iteration. The broker answers ``ack_response``
-once the acks are durable; ``close()`` waits for those answers, so acks made before ``close`` are
-durable when it returns. With ``batch_index_ack_enabled`` an ack of one message of a batch goes
-out at once as a ``batch_acks`` item (WIRE.md R20c); without it, the entry is acked when its last
-message is. Either way an entry redelivered with ``acked`` indexes never hands those out again.
+Acks are grouped as Pulsar's client groups them (``ackGroupingTimeMs`` 100, ``ackGroupingMaxSize``
+1,000): individual acks wait up to ``ACK_GROUPING_SECONDS`` in a list, or until
+``ACK_GROUPING_MAX`` are pending, and go out as one ``ack`` frame (with a ``rid``). Cumulative and
+batch-index acks, and redeliveries, go out at the end of the loop iteration and take the grouped
+acks with them. One frame per message cost the consumer and the broker a frame each, and the broker
+a cursor write every few milliseconds, at 5,000 msg/s. The broker answers ``ack_response`` once
+the acks are durable; ``close()``, ``seek`` and ``redeliver_unacknowledged_messages`` flush first
+(and ``close()`` waits for the answers), so acks made before ``close`` are durable when it
+returns. With ``batch_index_ack_enabled`` an ack of one message of a batch goes out at once as a
+``batch_acks`` item (WIRE.md R20c); without it, the entry is acked when its last message is.
+Either way an entry redelivered with ``acked`` indexes never hands those out again.
 
 Redelivery follows Pulsar's client (``redelivery``): ``negative_acknowledge`` redelivers after
 ``negative_ack_redelivery_delay_ms`` (or a back-off), ``unacked_messages_timeout_ms`` redelivers
@@ -72,6 +77,11 @@ from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
 from magnetar.protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
+
+# Individual acks are sent after this long, or once this many are pending (Pulsar's C++ client's
+# ackGroupingTimeMs and ackGroupingMaxSize defaults, which its Python client uses).
+ACK_GROUPING_SECONDS = 0.1
+ACK_GROUPING_MAX = 1_000
 
 
 def _is_sentinel(mid: MessageId) -> bool:
@@ -150,6 +160,7 @@ class PartitionConsumer(Attachment):
         self._batch_acks: dict[Position, set[int]] = {}
         self._cumulative: Position | None = None
         self._flush_scheduled = False
+        self._ack_timer: asyncio.TimerHandle | None = None  # the grouping window of individual acks
         # Ack requests awaiting their answer, with the command (resent if the answer is lost).
         self._outstanding: dict[asyncio.Future[cmds.AckResponse], cmds.Ack] = {}
         # Redelivery: entries to redeliver at once (corrupt), nacked ones, ack timeouts.
@@ -319,10 +330,10 @@ class PartitionConsumer(Attachment):
         self._on_closed(exc)
 
     def _stop_timers(self) -> None:
-        for handle in (self._nack_timer, self._tick, self._chunk_timer):
+        for handle in (self._nack_timer, self._tick, self._chunk_timer, self._ack_timer):
             if handle is not None:
                 handle.cancel()
-        self._nack_timer = self._tick = self._chunk_timer = None
+        self._nack_timer = self._tick = self._chunk_timer = self._ack_timer = None
 
     # ---------------------------------------------------------------- incoming
 
@@ -558,9 +569,12 @@ class PartitionConsumer(Attachment):
         timeouts = self.ack_timeouts
         if timeouts is not None:
             timeouts.discard(position)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self.flush_acks)
+        if self._flush_scheduled:
+            return
+        if len(self._acks) >= ACK_GROUPING_MAX:
+            self._schedule_flush()
+        elif self._ack_timer is None:
+            self._ack_timer = self._loop.call_later(ACK_GROUPING_SECONDS, self.flush_acks)
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -665,6 +679,7 @@ class PartitionConsumer(Attachment):
         self._forget_redeliveries()
         dropped = self._discard_queued(self) or ()
         self.return_permits(sum(1 for m in dropped if m._info.epoch == self.epoch))
+        self.flush_acks()  # acks made before it reach the broker first: those are not redelivered
         self._send(cmds.redeliver(self.consumer_id))
 
     # ---------------------------------------------------------------- dead letters
@@ -715,6 +730,9 @@ class PartitionConsumer(Attachment):
         since the re-subscribe redelivers every unacknowledged entry anyway.
         """
         self._flush_scheduled = False
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         if self._closed is not None:
             self._acks.clear()
             self._batch_acks.clear()
