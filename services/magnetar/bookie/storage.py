@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import logging
 import os
 import shutil
 import struct
@@ -65,6 +66,8 @@ from magnetar.protocol.errors import (
     NoSuchLedger,
     PersistenceError,
 )
+
+log = logging.getLogger(__name__)
 
 ENTRY_KEY = struct.Struct(">QQ")
 LEDGER_KEY = struct.Struct(">Q")
@@ -138,6 +141,8 @@ class _Op:
     future: asyncio.Future[Any] | None = None
     loop: asyncio.AbstractEventLoop | None = None
     started: float = 0.0
+    #: Instead of ``future``: called on the loop with the error or None (``add_callback``).
+    callback: Callable[[BaseException | None], None] | None = None
 
 
 def _check_ids(ledger: int, entry: int = 0) -> None:
@@ -352,7 +357,12 @@ class BookieStorage:
     def _submit(self, op: _Op) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        op.future, op.loop, op.started = fut, loop, loop.time()
+        op.future = fut
+        self._enqueue(op, loop)
+        return fut
+
+    def _enqueue(self, op: _Op, loop: asyncio.AbstractEventLoop) -> None:
+        op.loop, op.started = loop, loop.time()
         with self._cond:
             if self._closed:
                 raise AlreadyClosed("bookie storage is closed")
@@ -360,7 +370,6 @@ class BookieStorage:
                 raise PersistenceError(f"bookie storage is corrupt: {self.failed}")
             self._queue.append(op)
             self._cond.notify()
-        return fut
 
     def add_nowait(
         self, ledger: int, entry: int, data: bytes, crc: int, lac: int, *, recovery: bool = False
@@ -368,6 +377,32 @@ class BookieStorage:
         """Queue an add and return the future of its durable acknowledgement. Checks that can
         fail without touching the disk (ids, CRC, read-only) raise here, before queueing; the
         server uses this form so that pipelined adds keep their arrival order."""
+        return self._submit(self._add_op(ledger, entry, data, crc, lac, recovery))
+
+    def add_callback(
+        self,
+        ledger: int,
+        entry: int,
+        data: bytes,
+        crc: int,
+        lac: int,
+        callback: Callable[[BaseException | None], None],
+        *,
+        recovery: bool = False,
+    ) -> None:
+        """``add_nowait`` for the in-process ledger writer: ``callback(error or None)`` runs on the
+        loop when the group commit is durable, directly from the batch's resolution, instead of a
+        future whose callbacks would run one turn of the loop later. Never calls back synchronously,
+        and never raises: a refusal arrives through the callback too."""
+        loop = asyncio.get_running_loop()
+        try:
+            op = self._add_op(ledger, entry, data, crc, lac, recovery)
+            op.callback = callback
+            self._enqueue(op, loop)
+        except Exception as exc:
+            loop.call_soon(callback, exc)
+
+    def _add_op(self, ledger: int, entry: int, data: bytes, crc: int, lac: int, recovery: bool) -> _Op:
         _check_ids(ledger, entry)
         try:
             if crc32c(data) != crc:
@@ -379,7 +414,7 @@ class BookieStorage:
                 self._metrics.add_failed(str(exc.code))
             raise
         key = ENTRY_KEY.pack(ledger, entry)
-        return self._submit(_Op("add", ledger, entry, self._encode_entry(key, crc, bytes(data)), lac, recovery))
+        return _Op("add", ledger, entry, self._encode_entry(key, crc, bytes(data)), lac, recovery)
 
     async def add(self, ledger: int, entry: int, data: bytes, crc: int, lac: int, recovery: bool = False) -> None:
         await self.add_nowait(ledger, entry, data, crc, lac, recovery=recovery)
@@ -539,6 +574,12 @@ class BookieStorage:
                     m.add_latency.observe(now - op.started)
                 else:
                     m.add_failed(str(getattr(exc, "code", "UnknownError")))
+            if op.callback is not None:
+                try:
+                    op.callback(exc)
+                except Exception:  # one caller's bug must not leave the rest of the batch unanswered
+                    log.exception("add callback for %d:%d failed", op.ledger, op.entry)
+                continue
             if fut is None or fut.done():
                 continue
             if exc is None:

@@ -580,24 +580,19 @@ class ServerConnection(asyncio.Protocol):
         if isinstance(topic, PersistentTopic) and topic.backlog_quota.blocked is not None:
             if topic.backlog_quota.intercept(lambda: self._send(cmd), error):
                 return  # held (run again once released) or refused: backlog_quota.py
-        task = topic.publish(producer, meta, payload)
-        self.read_throttle.hold(publish_delay(topic, int(meta.get("n", 1)), len(payload)))
         metrics = self.service.metrics
 
-        def done(t: asyncio.Future[Position]) -> None:
-            if t.cancelled():
-                error(AlreadyClosed("send cancelled: topic closed"))
-                return
-            exc = t.exception()
+        def done(pos: Position | None, exc: BaseException | None) -> None:
             if exc is not None:
                 error(exc if isinstance(exc, MagnetarError) else MagnetarError(repr(exc)))
                 return
-            pos = t.result()
+            assert pos is not None
             metrics.msgs_in.inc(int(meta.get("n", 1)))
             metrics.bytes_in.inc(len(payload))
             self.write(c.send_receipt(pid, seq, pos.ledger_id, pos.entry_id))
 
-        task.add_done_callback(done)
+        topic.publish_with(producer, meta, payload, done)
+        self.read_throttle.hold(publish_delay(topic, int(meta.get("n", 1)), len(payload)))
 
     def _close_producer(self, cmd: c.CloseProducer) -> None:
         pid = int(cmd["producer_id"])

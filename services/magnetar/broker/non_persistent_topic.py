@@ -237,8 +237,25 @@ class NonPersistentTopic:
         self.access.removed(producer)
 
     def publish(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> asyncio.Future[Position]:
-        """Offer the entry to every subscription now; the future is already resolved to 0:0
-        (the connection writes the receipt from it, as for a persistent topic's)."""
+        """``publish_with`` as a future, already resolved to 0:0."""
+        receipt: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self._offer(producer, meta, payload)
+        receipt.set_result(NON_PERSISTENT_POSITION)
+        return receipt
+
+    def publish_with(
+        self,
+        producer: ServerProducer,
+        meta: EntryMeta,
+        payload: bytes,
+        on_done: Callable[[Position | None, BaseException | None], None],
+    ) -> None:
+        """Offer the entry to every subscription now, then ``on_done(0:0, None)`` (the connection
+        writes the receipt from it, as for a persistent topic's)."""
+        self._offer(producer, meta, payload)
+        on_done(NON_PERSISTENT_POSITION, None)
+
+    def _offer(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> None:
         count = int(meta.get("n", 1))
         if not self._sampled:
             self._traffic()
@@ -248,9 +265,6 @@ class NonPersistentTopic:
         self.entries_added += 1
         for sub in list(self.subscriptions.values()):
             sub.dispatch(meta, payload, count)
-        receipt: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        receipt.set_result(NON_PERSISTENT_POSITION)
-        return receipt
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from magnetar.broker.backlog_quota import BacklogQuotaGuard
 from magnetar.broker.compaction.controller import TopicCompaction, compaction_stats
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import ServerConsumer
-from magnetar.broker.dedup import Deduplication, Ticket
+from magnetar.broker.dedup import Deduplication
 from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.producer import Rate, ServerProducer
 from magnetar.broker.producer_access import ProducerAccess
@@ -25,7 +26,7 @@ from magnetar.broker.subscription import Subscription
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol import commands as c
 from magnetar.protocol.entry import EntryMeta, encode_entry
-from magnetar.protocol.errors import ConsumerBusy, ProducerBusy
+from magnetar.protocol.errors import AlreadyClosed, ConsumerBusy, ProducerBusy
 
 
 class PersistentTopic:
@@ -113,15 +114,25 @@ class PersistentTopic:
         self.access.removed(producer)
 
     def publish(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> asyncio.Future[Position]:
-        """Store ``[meta, payload]`` (``entry.encode_entry``) as one entry; the future resolves once
-        it is durable, or at once with -1:-1 for a duplicate that is not stored (dedup.py)."""
+        """``publish_with`` as a future (tests and callers that await the outcome)."""
+        fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self.publish_with(producer, meta, payload, partial(_settle, fut))
+        return fut
+
+    def publish_with(self, producer: ServerProducer, meta: EntryMeta, payload: bytes, on_done: Published) -> None:
+        """Store ``[meta, payload]`` (``entry.encode_entry``) as one entry; ``on_done(position,
+        None)`` once it is durable, or at once with -1:-1 for a duplicate that is not stored
+        (dedup.py), or ``on_done(None, error)``. Called directly from the managed ledger's
+        delivery (no task, no future callback in between): the connection writes the receipt in
+        the turn of the loop in which the bookie answered. Never raises."""
         ticket = self.dedup.admit(meta) if producer.fenced is None else None
         if isinstance(ticket, asyncio.Future):
             if ticket.done() and not ticket.cancelled() and ticket.exception() is not None:
                 # Refused: the client resends from this message on, so nothing after it from this
                 # registration may be stored before that (the same fence as a failed write).
                 producer.fenced = ticket.exception()
-            return ticket
+            ticket.add_done_callback(partial(_outcome, on_done))
+            return
         count = int(meta.get("n", 1))
         if not self._sampled:
             self._traffic()
@@ -129,28 +140,33 @@ class PersistentTopic:
         self.msg_in += count
         self.bytes_in += len(payload)
         entry = encode_entry(meta, payload)
-        task = asyncio.get_running_loop().create_task(self._store(producer, entry, count, ticket))
-        if ticket is not None:
-            ticket.future = task
-        return task
-
-    async def _store(self, producer: ServerProducer, entry: bytes, count: int, ticket: Ticket | None) -> Position:
         dedup = self.dedup
+        original: asyncio.Future[Position] | None = None
+        if ticket is not None:  # a resend of the same ids while this is in flight waits for this outcome
+            original = ticket.future = asyncio.get_running_loop().create_future()
 
         def refused() -> BaseException | None:
             return producer.fenced or (dedup.guard(ticket) if ticket is not None else None)
 
+        def stored(pos: Position | None, exc: BaseException | None) -> None:
+            if exc is not None:
+                if producer.fenced is None:
+                    producer.fenced = exc
+                if ticket is not None:
+                    dedup.failed(ticket)
+            elif ticket is not None:
+                assert pos is not None
+                dedup.stored(ticket, pos)
+            if original is not None:
+                _settle(original, pos, exc)
+                if exc is not None:
+                    original.exception()  # retrieved: only a resend waits on it, and it may never come
+            on_done(pos, exc)
+
         try:
-            pos = await self.ml.add_entry(entry, precondition=refused, messages=count)
-        except BaseException as exc:
-            if producer.fenced is None:
-                producer.fenced = exc
-            if ticket is not None:
-                dedup.failed(ticket)
-            raise
-        if ticket is not None:
-            dedup.stored(ticket, pos)
-        return pos
+            self.ml.add_entry_with(entry, stored, precondition=refused, messages=count)
+        except Exception as exc:  # refused at once (closed, a failed roll-over, the producer's fence)
+            stored(None, exc)
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(
@@ -273,3 +289,28 @@ class PersistentTopic:
             sub.close()
         await self.ml.close()
         await self.dedup.close()
+
+
+#: ``on_done(position, None)`` once a publish is durable (or -1:-1 for a dropped duplicate),
+#: ``on_done(None, error)`` if it failed.
+Published = Callable[[Position | None, BaseException | None], None]
+
+
+def _settle(fut: asyncio.Future[Position], pos: Position | None, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        assert pos is not None
+        fut.set_result(pos)
+
+
+def _outcome(on_done: Published, fut: asyncio.Future[Position]) -> None:
+    """A duplicate's outcome is its original's (a future from dedup.py)."""
+    if fut.cancelled():
+        on_done(None, AlreadyClosed("send cancelled: topic closed"))
+    elif fut.exception() is not None:
+        on_done(None, fut.exception())
+    else:
+        on_done(fut.result(), None)

@@ -43,7 +43,12 @@ class BookieClient(Protocol):
     ) -> asyncio.Future[None]:
         """``add_entry`` as a future, without a coroutine: a write handle sends every entry to Qw
         bookies, and a task per copy was most of a broker's work per message. Never raises: every
-        error comes through the future."""
+        error comes through the future.
+
+        A client may also offer ``add_entry_callback(ledger_id, entry_id, data, crc, lac,
+        callback)``, which calls ``callback(error or None)`` on the loop, never synchronously and
+        never raising; the write handle uses it where present (``local_client.py``), saving the
+        turn of the loop that a future's callback costs."""
         ...
 
     async def read_entry(self, ledger_id: int, entry_id: int, *, fence: bool = False) -> ReadResult: ...

@@ -1,13 +1,15 @@
 """The single writer of a ledger (PROTOCOL.md R6-R13).
 
-The hot path is ``append_nowait``: it numbers the entry, sends it to its write set and returns a
-future, without waiting for earlier entries — the managed ledger above pipelines hundreds of
-entries per second through it. Per entry it costs one CRC, one small object and one task per
-replica; there are no metadata writes except on an ensemble change or close.
+The hot path is ``append_with`` (``append_nowait`` is its form with a future): it numbers the
+entry, sends it to its write set and returns, without waiting for earlier entries — the managed
+ledger above pipelines thousands of entries per second through it. Per entry it costs one CRC, one
+small object and one callback per replica; there are no metadata writes except on an ensemble
+change or close. A bookie client with ``add_entry_callback`` (the in-process one) answers through
+it directly; others through a future's callback.
 
-Acks are counted per entry (a set of slots that confirmed it); ``_deliver`` resolves futures
-strictly from the head of the pending queue, which is what makes results arrive in entry order
-(R9) however the bookies interleave their answers.
+Acks are counted per entry (a set of slots that confirmed it); ``_deliver`` calls listeners and
+resolves futures strictly from the head of the pending queue, which is what makes results arrive
+in entry order (R9) however the bookies interleave their answers.
 
 Each replica's confirmation time is recorded per bookie (``bookie_latency``), so that a bookie
 slower than the others is reported even though Qa < Qw hides it from publish latency.
@@ -20,6 +22,7 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 
 from magnetar.ledger.bookie_api import NO_ENTRY, BookieClient, BookieResolver
@@ -40,17 +43,25 @@ from magnetar.protocol.errors import (
 
 log = logging.getLogger(__name__)
 
+#: ``listener(entry_id, None)`` once an entry is delivered, ``listener(entry_id, error)`` if it fails.
+AddListener = Callable[[int, BaseException | None], None]
+#: ``callback(error)`` from a bookie client that can answer an add without a future (bookie_api.py).
+_AddCallbackFn = Callable[[int, int, bytes, int, int, Callable[[BaseException | None], None]], None]
+
 
 class _PendingAdd:
     """One entry between ``append_nowait`` and its delivery."""
 
-    __slots__ = ("acked", "crc", "data", "entry_id", "finished", "future", "sent")
+    __slots__ = ("acked", "crc", "data", "entry_id", "finished", "future", "listener", "sent")
 
-    def __init__(self, entry_id: int, data: bytes, future: asyncio.Future[int]) -> None:
+    def __init__(
+        self, entry_id: int, data: bytes, future: asyncio.Future[int] | None, listener: AddListener | None = None
+    ) -> None:
         self.entry_id = entry_id
         self.data = data
         self.crc = crc32c(data)
         self.future = future
+        self.listener = listener
         self.acked: set[int] = set()  # slots of the current ensemble that confirmed it
         self.sent = False  # False while an ensemble change holds new entries back
         # Delivered or failed. Not ``future.done()``: a caller cancelling its wait must not stop
@@ -80,6 +91,9 @@ class WriteHandle:
         self._qa = metadata.ack_quorum
         self._ensemble: list[str] = list(metadata.last_ensemble)
         self._clients: dict[str, BookieClient] = {}
+        # Each client's ``add_entry_callback`` where it has one (the in-process bookie's): the
+        # answer then reaches ``_added`` without a future callback's turn of the loop.
+        self._callbacks: dict[str, _AddCallbackFn | None] = {}
         self._next_entry = 0
         self._lac = NO_ENTRY
         self._length = 0
@@ -125,19 +139,37 @@ class WriteHandle:
 
         The entry id is fixed now, so callers can pipeline without awaiting each result."""
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        refused = self._refusal()
+        if refused is not None:
+            future.set_exception(refused)
+            return future
+        self._start(_PendingAdd(self._next_entry, data, future))
+        return future
+
+    def append_with(self, data: bytes, listener: AddListener) -> int:
+        """``append_nowait`` with a listener instead of a future: ``listener`` is called directly
+        from the delivery, in entry order, so the caller's next step runs in the same turn of the
+        event loop (each future callback costs one turn, and at low load each turn was about 0.1 ms
+        of a message's publish latency). Returns the entry id; a closed or failed ledger raises here,
+        and the listener is never called synchronously."""
+        refused = self._refusal()
+        if refused is not None:
+            raise refused
+        pending = _PendingAdd(self._next_entry, data, None, listener)
+        self._start(pending)
+        return pending.entry_id
+
+    def _refusal(self) -> MagnetarError | None:
         if self._closing:
-            future.set_exception(LedgerClosed(f"ledger {self._ledger_id} is closed"))
-            return future
-        if self._error is not None:
-            future.set_exception(self._error)
-            return future
-        pending = _PendingAdd(self._next_entry, data, future)
+            return LedgerClosed(f"ledger {self._ledger_id} is closed")
+        return self._error
+
+    def _start(self, pending: _PendingAdd) -> None:
         self._next_entry += 1
         self._pending.append(pending)
         self._idle.clear()
         if self._changer is None:
             self._send_all(pending)
-        return future
 
     async def append(self, data: bytes) -> int:
         """``append_nowait`` and wait: returns the entry id."""
@@ -177,6 +209,7 @@ class WriteHandle:
         client = self._clients.get(bookie_id)
         if client is None:
             client = self._clients[bookie_id] = self._resolver.client(bookie_id)
+            self._callbacks[bookie_id] = getattr(client, "add_entry_callback", None)
         return client
 
     def _send_all(self, pending: _PendingAdd) -> None:
@@ -188,15 +221,16 @@ class WriteHandle:
         """Send one copy; ``_added`` runs when the bookie answers (a future and a callback, not a
         task: this runs Qw times per entry, and a task per copy was most of the broker's work)."""
         bookie_id = self._ensemble[slot]
-        fut = self._client(bookie_id).add_entry_nowait(
-            self._ledger_id, pending.entry_id, pending.data, pending.crc, self._lac
-        )
-        fut.add_done_callback(partial(self._added, pending, slot, bookie_id, time.monotonic()))
-
-    def _added(self, pending: _PendingAdd, slot: int, bookie_id: str, sent: float, fut: asyncio.Future[None]) -> None:
-        if fut.cancelled():
+        client = self._client(bookie_id)
+        answered = partial(self._added, pending, slot, bookie_id, time.monotonic())
+        direct = self._callbacks[bookie_id]
+        if direct is not None:
+            direct(self._ledger_id, pending.entry_id, pending.data, pending.crc, self._lac, answered)
             return
-        exc = fut.exception()
+        fut = client.add_entry_nowait(self._ledger_id, pending.entry_id, pending.data, pending.crc, self._lac)
+        fut.add_done_callback(partial(_answer_of, answered))
+
+    def _added(self, pending: _PendingAdd, slot: int, bookie_id: str, sent: float, exc: BaseException | None) -> None:
         if isinstance(exc, LedgerFenced):
             self._fail(exc)  # R11: a recovery has started; this writer is finished
             return
@@ -232,8 +266,10 @@ class WriteHandle:
             head.finished = True
             self._lac = head.entry_id
             self._length += len(head.data)
-            if not head.future.done():  # the caller may have cancelled its wait
+            if head.future is not None and not head.future.done():  # the caller may have cancelled its wait
                 head.future.set_result(head.entry_id)
+            if head.listener is not None:
+                _notify(head.listener, head.entry_id, None)
         if not pending:
             self._idle.set()
 
@@ -245,8 +281,10 @@ class WriteHandle:
         while self._pending:
             head = self._pending.popleft()
             head.finished = True
-            if not head.future.done():
+            if head.future is not None and not head.future.done():
                 head.future.set_exception(error)
+            if head.listener is not None:
+                _notify(head.listener, head.entry_id, error)
         self._idle.set()
 
     # -- ensemble change (R12) --------------------------------------------------------------------
@@ -310,3 +348,17 @@ class WriteHandle:
                     pending.acked.discard(slot)
                     self._send(pending, slot)
         return None
+
+
+def _answer_of(answered: Callable[[BaseException | None], None], fut: asyncio.Future[None]) -> None:
+    """A bookie client's future, turned into ``_added``'s outcome (a cancelled one is ignored)."""
+    if not fut.cancelled():
+        answered(fut.exception())
+
+
+def _notify(listener: AddListener, entry_id: int, error: BaseException | None) -> None:
+    """Call a delivery listener; one that raises is logged, never allowed to stop later deliveries."""
+    try:
+        listener(entry_id, error)
+    except Exception:
+        log.exception("add listener for entry %d failed", entry_id)

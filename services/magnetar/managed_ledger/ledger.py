@@ -33,6 +33,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from magnetar.ledger.manager import LedgerManager
@@ -52,6 +53,9 @@ from magnetar.protocol.errors import AlreadyClosed, BadVersion, NoSuchLedger, No
 _COUNT_READ_CHUNK = 500
 
 log = logging.getLogger(__name__)
+
+#: ``listener(position, None)`` once an add is durable, ``listener(None, error)`` if it failed.
+AddedListener = Callable[[Position | None, BaseException | None], None]
 
 
 @dataclass(slots=True)
@@ -95,14 +99,8 @@ class ManagedLedger:
         self._roll_error: Exception | None = None
         self._roll_failures = 0
         self._retry_roll_at = 0.0
-        self._queue: deque[
-            tuple[
-                asyncio.Future[tuple[WriteHandle, asyncio.Future[int]]],
-                bytes,
-                Callable[[], BaseException | None] | None,
-                int,
-            ]
-        ] = deque()
+        # Adds waiting for a roll-over: (data, precondition, messages, listener), issued in order.
+        self._queue: deque[tuple[bytes, Callable[[], BaseException | None] | None, int, AddedListener]] = deque()
         self._read_handles: dict[int, ReadHandle] = {}
         self._cache: OrderedDict[Position, bytes] = OrderedDict()
         self._cache_bytes = 0
@@ -351,13 +349,47 @@ class ManagedLedger:
         messages: int = 1,
     ) -> Position:
         """Append one entry holding ``messages`` messages; returns its position once it is
-        durable on Qa bookies.
+        durable on Qa bookies (``add_entry_with``, awaited). A caller that stops waiting while the
+        add is queued behind a roll-over keeps it from being issued."""
+        fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+
+        def added(pos: Position | None, exc: BaseException | None) -> None:
+            if fut.done():
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                assert pos is not None
+                fut.set_result(pos)
+
+        def still_wanted() -> BaseException | None:
+            if fut.cancelled():
+                return asyncio.CancelledError()
+            return precondition() if precondition is not None else None
+
+        self.add_entry_with(data, added, precondition=still_wanted, messages=messages)
+        return await fut
+
+    def add_entry_with(
+        self,
+        data: bytes,
+        listener: AddedListener,
+        *,
+        precondition: Callable[[], BaseException | None] | None = None,
+        messages: int = 1,
+    ) -> None:
+        """Append one entry holding ``messages`` messages; ``listener(position, None)`` once it is
+        durable on Qa bookies, or ``listener(None, error)``. The listener runs directly from the
+        ledger's delivery, so a broker writes the producer's receipt in the same turn of the
+        event loop as the bookie's answer; listeners are called in entry order.
 
         Entries are issued to the ledger strictly in call order. An add that arrives while a
         roll-over is under way joins a FIFO queue that the roll-over drains synchronously, so
         a later add can never overtake one that was waiting. ``precondition`` is checked at the
         moment of issue (the broker passes its producer fence, so a send that waited behind a
-        roll-over is not stored once an earlier send of the same producer has failed).
+        roll-over is not stored once an earlier send of the same producer has failed). A refusal
+        at the moment of the call (closed, a failed roll-over backing off, the precondition)
+        raises here instead.
         """
         if self._closed:
             raise AlreadyClosed(f"managed ledger {self.name} is closed")
@@ -367,32 +399,17 @@ class ManagedLedger:
                     # Back off between attempts to open a new ledger instead of one per send.
                     raise self._roll_error
                 self._start_rollover()
-            ticket: asyncio.Future[tuple[WriteHandle, asyncio.Future[int]]] = asyncio.get_running_loop().create_future()
-            self._queue.append((ticket, data, precondition, messages))
-            handle, pending = await ticket
-        else:
-            handle, pending = self._issue(data, precondition, messages)
-        try:
-            entry_id = await pending
-        except Exception:
-            if handle is self._current and not self._closed:
-                # The handle's failure is sticky: the next add moves to a new ledger.
-                self._ledger_failed = True
-            raise
-        pos = Position(handle.ledger_id, entry_id)
-        info = self._infos.get(handle.ledger_id)
-        if info is not None:
-            if entry_id + 1 > info.entries:
-                info.entries = entry_id + 1
-            info.size += len(data)
-        self._cache_put(pos, data)
-        for listener in list(self._listeners):
-            listener()
-        return pos
+            self._queue.append((data, precondition, messages, listener))
+            return
+        self._issue(data, precondition, messages, listener)
 
     def _issue(
-        self, data: bytes, precondition: Callable[[], BaseException | None] | None, messages: int = 1
-    ) -> tuple[WriteHandle, asyncio.Future[int]]:
+        self,
+        data: bytes,
+        precondition: Callable[[], BaseException | None] | None,
+        messages: int,
+        listener: AddedListener,
+    ) -> None:
         """Hand one entry to the current ledger, synchronously (this fixes its entry id)."""
         if precondition is not None:
             refused = precondition()
@@ -401,41 +418,63 @@ class ManagedLedger:
         if self._closed or self._current is None:
             raise AlreadyClosed(f"managed ledger {self.name} is closed")
         handle = self._current
-        pending = handle.append_nowait(data)
+        try:
+            handle.append_with(data, partial(self._added, handle, data, listener))
+        except Exception:
+            if not self._closed:
+                self._ledger_failed = True  # the handle's failure is sticky: the next add moves on
+            raise
         # Entry ids are fixed here, in call order: the counts follow the same order.
         self._counts[handle.ledger_id].append(messages)
         self._issued += 1
         self._issued_bytes += len(data)
         self._inflight += 1
         self._drained.clear()
-        pending.add_done_callback(self._append_done)
-        return handle, pending
 
-    def _append_done(self, _pending: asyncio.Future[int]) -> None:
+    def _added(
+        self, handle: WriteHandle, data: bytes, listener: AddedListener, entry_id: int, exc: BaseException | None
+    ) -> None:
         self._inflight -= 1
         if self._inflight == 0:
             self._drained.set()
+        if exc is not None:
+            if handle is self._current and not self._closed:
+                # The handle's failure is sticky: the next add moves to a new ledger.
+                self._ledger_failed = True
+            listener(None, exc)
+            return
+        pos = Position(handle.ledger_id, entry_id)
+        info = self._infos.get(handle.ledger_id)
+        if info is not None:
+            if entry_id + 1 > info.entries:
+                info.entries = entry_id + 1
+            info.size += len(data)
+        self._cache_put(pos, data)
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:  # a dispatcher's bug must not cost the producer its receipt
+                log.exception("add listener of %s failed", self.name)
+        listener(pos, None)
 
     def _drain_queue(self) -> None:
         """Issue queued adds in order after a roll-over (or fail them all if it failed)."""
         while self._queue:
             if self._roll_error is not None:
                 error = self._roll_error
-                for ticket, _, _, _ in self._queue:
-                    if not ticket.done():
-                        ticket.set_exception(error)
+                waiting = list(self._queue)
                 self._queue.clear()
+                for _, _, _, listener in waiting:
+                    listener(None, error)
                 return
             if self._should_roll():
                 self._start_rollover()  # the rest wait for the next ledger, still in order
                 return
-            ticket, data, precondition, messages = self._queue.popleft()
-            if ticket.done():
-                continue
+            data, precondition, messages, listener = self._queue.popleft()
             try:
-                ticket.set_result(self._issue(data, precondition, messages))
-            except Exception as exc:
-                ticket.set_exception(exc)
+                self._issue(data, precondition, messages, listener)
+            except BaseException as exc:  # the precondition may say CancelledError: the caller left
+                listener(None, exc)
 
     def _should_roll(self) -> bool:
         """Roll before an add would overfill the current ledger (counted at issue, not at ack,
