@@ -52,6 +52,7 @@ from typing import Any
 
 import lmdb
 
+from magnetar import write_batch
 from magnetar.bookie.metrics import BoundBookieMetrics
 from magnetar.ledger.bookie_api import NO_ENTRY, ReadResult
 from magnetar.protocol.checksum import crc32c
@@ -552,6 +553,11 @@ class BookieStorage:
                 pass
 
     def _resolve(self, items: list[tuple[_Op, Any, BaseException | None]]) -> None:
+        # The receipts and dispatches this batch's callbacks write go out as it ends (write_batch.py).
+        with write_batch.flushed_at_end():
+            self._resolve_batch(items)
+
+    def _resolve_batch(self, items: list[tuple[_Op, Any, BaseException | None]]) -> None:
         m = self._metrics
         now = asyncio.get_running_loop().time()
         if self._pending_failure is not None:

@@ -26,7 +26,7 @@ import secrets
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, cast
 
-from magnetar import __version__
+from magnetar import __version__, write_batch
 from magnetar.broker import schema_admission
 from magnetar.broker.auth.providers import authentication_for
 from magnetar.broker.auth.session import ConnectionAuth
@@ -301,7 +301,8 @@ class ServerConnection(asyncio.Protocol):
         self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            if not write_batch.defer(self._flush):
+                asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

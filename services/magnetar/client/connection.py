@@ -35,6 +35,7 @@ import ssl
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from magnetar import write_batch
 from magnetar.client.auth import AuthProvider
 from magnetar.client.connect_deadline import ConnectFailed
 from magnetar.client.tls import TLS_SCHEMES, handshake_error
@@ -279,7 +280,7 @@ class Connection:
             raise self._closed_exc
         out = self._out
         out.append(cmd)
-        if len(out) == 1:
+        if len(out) == 1 and not write_batch.defer(self._flush):
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from magnetar import event_loop
+from magnetar import event_loop, write_batch
 from magnetar.client import aio
 from magnetar.client import reader as aio_reader
 from magnetar.client.arguments import (
@@ -614,6 +614,10 @@ class Producer:
     def _drain(self) -> None:
         """On the loop: move every queued message into the asyncio producer's batches."""
         self._wakeup_pending = False  # cleared first: anything appended from now on re-arms it
+        with write_batch.flushed_at_end():  # the sends go out now, not a turn later (write_batch.py)
+            self._drain_queued()
+
+    def _drain_queued(self) -> None:
         queue = self._queue
         send = self._p._enqueue
         while queue:
