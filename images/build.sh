@@ -33,12 +33,12 @@ done
 
 # The inputs, NUL-separated paths relative to ROOT, sorted.
 inputs() {
-  local paths=(images services operator pyproject.toml README.md)
+  local paths=(images services operator pyproject.toml setup.py README.md)
   if git -C "$ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     git -C "$ROOT" ls-files -z --cached --others --exclude-standard -- "${paths[@]}"
   else
     (cd "$ROOT" && find "${paths[@]}" \( -name __pycache__ -o -name '*.egg-info' -o -name '.*_cache' \) -prune \
-      -o -type f ! -name '*.pyc' -print0)
+      -o -type f ! -name '*.pyc' ! -name '*.so' -print0)
   fi | (cd "$ROOT" && while IFS= read -r -d '' f; do if [[ -f $f ]]; then printf '%s\0' "$f"; fi; done) | LC_ALL=C sort -zu
 }
 cd "$ROOT"

@@ -249,6 +249,10 @@ async def test_metrics_count_adds_and_batches(tmp_path: Path) -> None:
         assert registry.get_sample_value("magnetar_bookie_adds_total", labels) == 20
         assert registry.get_sample_value("magnetar_bookie_add_bytes_total", labels) == 200
         assert registry.get_sample_value("magnetar_bookie_reads_total", labels) == 1
+        if svc.storage.journaled:  # acknowledged per journal sync; LMDB catches up behind
+            synced = registry.get_sample_value("magnetar_bookie_journal_batch_size_count", labels)
+            assert synced is not None and 1 <= synced < 20
+            svc.storage.verify_all()  # returns once every acknowledged write is in LMDB
         batches = registry.get_sample_value("magnetar_bookie_group_commit_batch_size_count", labels)
         assert batches is not None and 1 <= batches < 20
     finally:

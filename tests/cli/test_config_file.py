@@ -52,6 +52,13 @@ def test_string_values_take_their_flags_types(tmp_path: Path) -> None:
     assert args.port == 3199  # type: ignore[attr-defined]
 
 
+def test_journal_enabled_sets_the_bookie_journal(tmp_path: Path) -> None:
+    """``--journal`` / ``journalEnabled``; unset (None) lets MAGNETAR_BOOKIE_JOURNAL decide (on unless 0)."""
+    assert build_parser().parse_args(["bookie"]).journal is None
+    assert _args(tmp_path, "dataDir: /d\njournalEnabled: 'false'\n", "bookie").journal is False  # type: ignore[attr-defined]
+    assert build_parser().parse_args(["standalone", "--journal", "false"]).journal is False
+
+
 def test_ledger_roll_over_settings_reach_the_managed_ledger_config(tmp_path: Path) -> None:
     """Pulsar's two roll-over keys: the entry limit, and the minimum age in minutes (10 by default)."""
     from magnetar.cli.main import _policy_check_settings

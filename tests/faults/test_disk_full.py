@@ -22,6 +22,7 @@ visible, the bookie turns read-only by itself, and it survives to write again on
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -291,7 +292,9 @@ async def test_a_commit_that_hits_enospc_fails_its_batch_only_and_the_bookie_rec
     with small_fs(tmp_path / "disk", 16) as disk:
         leave = rng.randrange(1 << 20, 3 << 20)
         fill_to(disk, 1.0 - leave / shutil.disk_usage(disk).total)
-        storage = BookieStorage(disk / "bookie", readonly_threshold=None)
+        # LMDB's own synced commits (the journal's case is the next test; at this fill the journal
+        # would not even open, test_journal_on_a_disk_too_full_for_a_segment below).
+        storage = BookieStorage(disk / "bookie", readonly_threshold=None, journal=False)
         acked: dict[int, bytes] = {}
         failed: list[int] = []
         t0 = time.monotonic()
@@ -347,3 +350,86 @@ async def test_a_commit_that_hits_enospc_fails_its_batch_only_and_the_bookie_rec
         assert read_only, "a commit that hit ENOSPC must turn the bookie read-only"
         assert walk.damaged_entries == [] and walk.entries == len(acked)
         assert writable
+
+
+async def test_with_the_journal_a_full_disk_refuses_new_adds_and_keeps_every_acknowledged_one(
+    small_disks: None, tmp_path: Path, rng: random.Random, fault_seed: int
+) -> None:
+    """Journal mode, no threshold: 64 KiB adds until the disk is full. The journal's segments are
+    allocated in full, so a sync never fails for space: the disk shows as a segment that cannot be
+    allocated (the add is refused up front, BookieReadOnly) and as LMDB commits that fail (retried;
+    the acknowledged adds stay readable from the overlay). Once space is freed, LMDB catches up,
+    every acknowledged add is in it, and adds are taken again."""
+    with small_fs(tmp_path / "disk", 32) as disk:
+        leave = rng.randrange(12 << 20, 20 << 20)
+        fill_to(disk, 1.0 - leave / shutil.disk_usage(disk).total)
+        storage = BookieStorage(disk / "bookie", readonly_threshold=None, journal=True)
+        acked: dict[int, bytes] = {}
+        t0 = time.monotonic()
+        try:
+            assert storage.journaled
+            entry_id = 0
+            refused = False
+            while not refused and entry_id < 8192:
+                batch = []
+                for _ in range(16):
+                    data = os.urandom(64 << 10)
+                    try:
+                        fut = storage.add_nowait(1, entry_id, data, crc32c(data), NO_ENTRY)
+                    except BookieReadOnly:
+                        refused = True
+                        break
+                    batch.append((entry_id, data, fut))
+                    entry_id += 1
+                for eid, data, fut in batch:
+                    await fut  # acknowledged once journaled: nothing fails for space after that
+                    acked[eid] = data
+            t_full = time.monotonic()
+            assert refused, "the disk never filled: the test did not reach ENOSPC"
+            assert storage.read_only
+            with pytest.raises(BookieReadOnly):
+                storage.add_nowait(1, entry_id, b"x", crc32c(b"x"), NO_ENTRY)
+            for eid, data in acked.items():
+                assert storage.read_sync(1, eid).data == data
+            (disk / "filler").unlink()
+            t_free = time.monotonic()
+            walk = await asyncio.to_thread(storage.verify_all)  # waits until LMDB holds every acked add
+            assert walk.damaged_entries == [] and walk.entries == len(acked)
+
+            async def writable() -> bool:
+                return not storage.check_disk(force=True)
+
+            await eventually(writable, within=30, what="writable again after freeing space")
+            data = os.urandom(1024)
+            await storage.add(1, entry_id, data, crc32c(data), NO_ENTRY)
+            assert storage.read_sync(1, entry_id).data == data
+        finally:
+            await storage.close()
+        reopened = BookieStorage(disk / "bookie", readonly_threshold=None, journal=True)
+        try:
+            for eid, data in acked.items():
+                assert reopened.read_sync(1, eid).data == data
+        finally:
+            await reopened.close()
+        record(
+            "disk-full-journal",
+            seed=fault_seed,
+            free_bytes_left=leave,
+            acknowledged=len(acked),
+            lost=0,
+            seconds_to_fill=round(t_full - t0, 3),
+            time_to_recover_s=round(time.monotonic() - t_free, 3),
+        )
+
+
+async def test_journal_on_a_disk_too_full_for_a_segment(small_disks: None, tmp_path: Path) -> None:
+    """A bookie whose disk has no room for a journal segment still opens (and serves reads): it
+    runs without the journal, saying why, and its read-only checks do the rest."""
+    with small_fs(tmp_path / "disk", 16) as disk:
+        fill_to(disk, 1.0 - (1 << 20) / shutil.disk_usage(disk).total)
+        storage = BookieStorage(disk / "bookie", readonly_threshold=None, journal=True)
+        try:
+            assert not storage.journaled
+            assert storage.journal_unavailable is not None and "no room" in storage.journal_unavailable
+        finally:
+            await storage.close()

@@ -143,6 +143,13 @@ def test_server_runs_magnetar_and_carries_etcd(images: Images) -> None:
     assert re.search(r"etcd Version: 3\.\d+\.\d+", run(images, "server", "--version", entrypoint="etcd"))
 
 
+def test_server_bookies_journal_with_the_c_writer(images: Images) -> None:
+    """The wheel stage compiles the journal's writer thread (setup.py); without it a bookie would
+    fall back to the pure-Python writer, correct but slower (bookie/journal_writer.py)."""
+    probe = "from magnetar.bookie.journal_writer import implementation; print(implementation())"
+    assert run(images, "server", "-c", probe, entrypoint="python3").strip() == "c"
+
+
 def test_operator_runs_magnetar_operator(images: Images) -> None:
     assert "usage: magnetar-operator" in run(images, "operator", "--help")
 

@@ -15,6 +15,9 @@ from typing import Any
 from tests.support.cluster import LocalCluster, Proc
 from tests.support.lazyfs import LazyFS
 
+from magnetar.bookie.journal import Journal, JournalPosition
+from magnetar.bookie.storage import JOURNAL_DIR, JOURNAL_KEY, decode_record
+
 
 class LazyCluster:
     """A ``LocalCluster`` whose bookies' data directories are lazyfs mounts."""
@@ -60,22 +63,35 @@ class LazyCluster:
             b.wait_ready(90)
 
     def entries_on_disk(self, bookie: str) -> set[tuple[int, int]]:
-        """(ledger, entry) keys in the bookie's LMDB in its BACKING directory: what survived."""
+        """(ledger, entry) keys in the bookie's LMDB in its BACKING directory, and in journal mode
+        those its journal holds past what was applied (a restart replays them): what survived."""
         import lmdb
 
         path = self.mounts[bookie].backing / "ledgers"
         data = path / "data.mdb"
         if not data.exists() or data.stat().st_size == 0:
             return set()
-        env = lmdb.open(str(path), max_dbs=2, subdir=True, readonly=True, lock=False)
+        env = lmdb.open(str(path), max_dbs=3, subdir=True, readonly=True, lock=False)
         try:
             db = env.open_db(b"entries", create=False)
+            meta = env.open_db(b"meta", create=False)
             with env.begin(db=db) as txn:
-                return {struct.unpack(">QQ", k) for k in txn.cursor().iternext(keys=True, values=False)}
+                keys = {struct.unpack(">QQ", k) for k in txn.cursor().iternext(keys=True, values=False)}
+            with env.begin() as txn:
+                applied = txn.get(JOURNAL_KEY, db=meta)
         except lmdb.NotFoundError:
             return set()
         finally:
             env.close()
+        journal_dir = self.mounts[bookie].backing / JOURNAL_DIR
+        if applied is not None and journal_dir.exists():  # journal mode: acknowledged, not yet applied
+            for body, _ in Journal(journal_dir).replay(JournalPosition.unpack(bytes(applied))):
+                op = decode_record(body)
+                if op.kind == "add":
+                    keys.add((op.ledger, op.entry))
+                elif op.kind == "delete":
+                    keys = {k for k in keys if k[0] != op.ledger}
+        return keys
 
 
 @contextlib.contextmanager

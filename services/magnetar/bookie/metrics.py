@@ -31,6 +31,7 @@ class BoundBookieMetrics:
     add_bytes: Any
     batch_size: Any
     commit_latency: Any
+    journal_batch_size: Any
     reads: Any
     read_failures: Any
     read_bytes: Any
@@ -99,6 +100,13 @@ class BookieMetrics:
             "Duration of one group-commit transaction, fsync included",
             label,
             buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.journal_batch_size = Histogram(
+            "magnetar_bookie_journal_batch_size",
+            "Writes acknowledged together after one journal sync (journal mode)",
+            label,
+            buckets=_BATCH_BUCKETS,
             registry=registry,
         )
         self.reads = Counter("magnetar_bookie_reads", "Entries read", label, registry=registry)
@@ -184,6 +192,7 @@ class BookieMetrics:
             add_bytes=self.add_bytes.labels(bookie_id),
             batch_size=self.batch_size.labels(bookie_id),
             commit_latency=self.commit_latency.labels(bookie_id),
+            journal_batch_size=self.journal_batch_size.labels(bookie_id),
             reads=self.reads.labels(bookie_id),
             read_failures=self.read_failures,
             read_bytes=self.read_bytes.labels(bookie_id),

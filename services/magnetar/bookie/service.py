@@ -85,6 +85,7 @@ class BookieService:
         *,
         reprovision: bool = False,
         sync: bool = True,
+        journal: bool | None = None,
         advertised_host: str | None = None,
         advertised_port: int | None = None,
         disk_check_interval: float = 10.0,
@@ -113,6 +114,7 @@ class BookieService:
         self.readonly_threshold = readonly_threshold
         self._reprovision = reprovision
         self._sync = sync
+        self._journal = journal
         self._advertised_host = advertised_host
         self._advertised_port = advertised_port
         self._disk_check_interval = disk_check_interval
@@ -153,6 +155,7 @@ class BookieService:
             BookieStorage,
             self.data_dir,
             sync=self._sync,
+            journal=self._journal,
             readonly_threshold=self.readonly_threshold,
             metrics=self._metrics,
         )

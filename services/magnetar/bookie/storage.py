@@ -29,6 +29,20 @@ raises ``PersistenceError``, a ``CORRUPT`` file is left in the data directory, a
 directory again raises ``StorageCorrupt`` (the bookie refuses to start rather than serve from a
 broken index; its ledgers are re-replicated from the other bookies as for a lost one).
 
+Journal (on by default; ``journal=False``, ``--journal false`` or ``MAGNETAR_BOOKIE_JOURNAL=0``
+turns it off). Each write is decided on the event loop (is the ledger fenced? what is its LAC?)
+against a view of the ledger states that includes writes not yet in LMDB, appended to the journal
+(``journal.py``) and acknowledged once the journal's writer has synced it: one ``fdatasync`` per
+batch, in a thread that never takes the GIL (``journal_writer.py``). Then it is queued to the
+writer thread, which commits it to LMDB as before (synced, many writes per commit) and records in
+the same transaction the journal position everything before which is in LMDB. Until then the
+write sits in an overlay on the loop (entries, deletes, the ledger's state), which every read
+consults first, so a write is readable from its acknowledgement on. Opening a directory replays
+the journal past the recorded position into LMDB before anything is served (also when the
+journal has since been switched off). A journal that cannot be written fails the storage (no
+``CORRUPT``: a restart replays what was synced); a segment that cannot be allocated makes the
+bookie read-only; an LMDB commit that fails is retried, the writes staying readable meanwhile.
+
 Reads run inline on the event loop: an LMDB read of a cached page is a few microseconds, less
 than a hop to a thread pool. A cold read page-faults on the loop; a bookie serving mostly tailing
 reads (the common case) rarely does.
@@ -38,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import errno
 import logging
 import os
@@ -53,6 +68,7 @@ from typing import Any
 import lmdb
 
 from magnetar import write_batch
+from magnetar.bookie.journal import DEFAULT_SEGMENT_BYTES, Journal, JournalPosition
 from magnetar.bookie.metrics import BoundBookieMetrics
 from magnetar.ledger.bookie_api import NO_ENTRY, ReadResult
 from magnetar.protocol.checksum import crc32c
@@ -78,6 +94,13 @@ CRC = struct.Struct(">I")
 ENTRY_HEAD = struct.Struct(">II")  # format 2: CRC32C(data), CRC32C(key + packed CRC)
 FORMAT = 2
 FORMAT_KEY = b"format"
+JOURNAL_KEY = b"journal"  # meta: the journal position everything before which is in LMDB (journal.py)
+JOURNAL_DIR = "journal"
+JOURNAL_ENV = "MAGNETAR_BOOKIE_JOURNAL"  # "0": journal off where the caller does not say
+JOURNAL_RECORD = struct.Struct(">BQQq?")  # kind, ledger, entry, lac, recovery flag; then the add's value
+_KIND_CODES = {"add": 1, "fence": 2, "delete": 3, "restore": 4}
+_CODE_KINDS = {code: kind for kind, code in _KIND_CODES.items()}
+REPLAY_CHUNK_OPS = 10_000  # journal records applied per LMDB transaction when replaying at start
 CORRUPT_FILE = "CORRUPT"
 OPEN_FILE = "OPEN"  # present while a storage has the directory open: left behind by a crash
 # LMDB errors that mean the file is damaged (not a transient condition): the storage stops serving.
@@ -144,6 +167,10 @@ class _Op:
     started: float = 0.0
     #: Instead of ``future``: called on the loop with the error or None (``add_callback``).
     callback: Callable[[BaseException | None], None] | None = None
+    # Journal mode: the outcome decided on the loop, the writer's sequence number, the position after the record.
+    result: Any = None
+    seq: int = 0
+    journal_end: JournalPosition | None = None
 
 
 def _check_ids(ledger: int, entry: int = 0) -> None:
@@ -165,7 +192,13 @@ class BookieStorage:
         max_batch_ops: int = 8192,
         max_batch_bytes: int = 64 * 1024 * 1024,
         metrics: BoundBookieMetrics | None = None,
+        journal: bool | None = None,
+        journal_segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        lmdb_interval: float = 0.01,
     ) -> None:
+        """``journal``: acknowledge writes once the journal holds them and bring LMDB up to date
+        behind (module docstring); ``None`` takes ``MAGNETAR_BOOKIE_JOURNAL`` (on unless ``0``).
+        ``lmdb_interval``: how long journaled writes gather before one LMDB commit."""
         self._dir = Path(data_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         corrupt = self._dir / CORRUPT_FILE
@@ -210,9 +243,144 @@ class BookieStorage:
         #: Write transactions committed and operations they carried (group-commit evidence).
         self.commits = 0
         self.ops_committed = 0
+        # Journal mode, all touched on the loop only: writes appended but not yet synced (in
+        # append order), and the overlay of writes not yet in LMDB (module docstring).
+        self._sync = sync
+        self._journal: Journal | None = None
+        self._jpending: collections.deque[_Op] = collections.deque()
+        self._overlay: dict[tuple[int, int], _Op] = {}
+        self._deleting: dict[int, _Op] = {}
+        self._view: dict[int, list[Any]] = {}  # ledger -> [state (None: deleted), writes not yet in LMDB]
+        self._reader_loop: asyncio.AbstractEventLoop | None = None
+        self._handed = 0  # journaled writes handed to the writer thread, and those it has in LMDB (under _cond)
+        self._in_lmdb = 0
+        self._urgent = 0  # callers of ``_wait_in_lmdb`` waiting: the writer commits at once
+        self._lmdb_interval = lmdb_interval
+        #: Journal records applied to LMDB when this storage opened (left by a crash).
+        self.replayed = 0
+        #: Why journal mode was asked for but this storage runs without it (a full disk at open).
+        self.journal_unavailable: str | None = None
+        try:
+            self._replay_journal(journal_default() if journal is None else journal, journal_segment_bytes)
+        except _CORRUPTION as exc:  # the index is broken: refuse to serve, as a read finding it would
+            reason = f"LMDB reported damage while replaying the journal: {exc!r}"
+            with contextlib.suppress(OSError):
+                (self._dir / CORRUPT_FILE).write_text(reason + "\n")
+            self._env.close()
+            raise StorageCorrupt(
+                f"bookie storage in {self._dir} was found corrupt ({reason}); it will not serve from it: "
+                "wipe the data directory and start with --reprovision (the other bookies hold the replicas)"
+            ) from exc
         self.check_disk(force=True)
         self._thread = threading.Thread(target=self._writer, name="magnetar-bookie-writer", daemon=True)
         self._thread.start()
+
+    @property
+    def journaled(self) -> bool:
+        """Whether writes are acknowledged from the journal (module docstring)."""
+        return self._journal is not None
+
+    # --- the journal: replay at start
+
+    def _replay_journal(self, enabled: bool, segment_bytes: int) -> None:
+        """Apply what a previous run journaled but had not brought into LMDB (a crash, or the
+        journal switched off since: the records are applied either way), then start an empty
+        journal if ``enabled``. Applied in synced LMDB commits before anything is served."""
+        directory = self._dir / JOURNAL_DIR
+        if not enabled and not directory.exists():
+            return
+        journal = Journal(directory, segment_bytes, sync=self._sync)
+        with self._env.begin() as txn:
+            raw = txn.get(JOURNAL_KEY, db=self._meta)
+        present = journal.segments()
+        if raw is not None:
+            start = JournalPosition.unpack(bytes(raw))
+        else:
+            start = JournalPosition(present[0] if present else 1, 0)
+        chunk: list[_Op] = []
+        last = max([start.segment, *present])
+        end = start
+        for body, end in journal.replay(start):
+            chunk.append(decode_record(body))
+            if len(chunk) >= REPLAY_CHUNK_OPS:
+                self._apply_ops(chunk, end)
+                self.replayed += len(chunk)
+                chunk = []
+        if chunk:
+            self._apply_ops(chunk, end)
+            self.replayed += len(chunk)
+        if self.replayed:
+            log.info("bookie storage %s: replayed %d journal records into LMDB", self._dir, self.replayed)
+        fresh = JournalPosition(last + 1, 0)
+        with self._env.begin(write=True) as txn:  # recorded before the old segments go
+            txn.put(JOURNAL_KEY, fresh.pack(), db=self._meta)
+        journal.remove_all()
+        if not enabled:
+            with self._env.begin(write=True) as txn:
+                txn.delete(JOURNAL_KEY, db=self._meta)
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+            return
+        try:
+            journal.start(fresh)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            # No room for a segment (a full disk): this run acknowledges from LMDB's own commits,
+            # and the bookie is read-only by the usual checks until space is freed.
+            self.journal_unavailable = f"no room for a journal segment in {directory}: {exc.strerror}"
+            log.warning("bookie storage %s: running without the journal: %s", self._dir, self.journal_unavailable)
+            return
+        journal.prepare_next()
+        self._journal = journal
+
+    def _apply_ops(self, ops: list[_Op], end: JournalPosition) -> None:
+        """Apply journaled writes to LMDB in one synced transaction that also records ``end``.
+        They were decided when journaled, so nothing is refused here."""
+        with self._env.begin(write=True) as txn:
+            states: dict[int, _LedgerState | None] = {}
+            dirty: set[int] = set()
+            for op in ops:
+                self._apply_decided(txn, op, states, dirty)
+            self._write_states(txn, states, dirty)
+            txn.put(JOURNAL_KEY, end.pack(), db=self._meta)
+
+    def _apply_decided(self, txn: Any, op: _Op, states: dict[int, _LedgerState | None], dirty: set[int]) -> None:
+        state = self._state(txn, op.ledger, states)
+        if op.kind == "delete":
+            self._delete_entries(txn, op.ledger)
+            states[op.ledger] = None
+            dirty.discard(op.ledger)
+            return
+        if op.kind == "restore":
+            states[op.ledger] = _LedgerState(op.recovery, op.lac)
+            dirty.add(op.ledger)
+            return
+        if state is None:
+            state = states[op.ledger] = _LedgerState(False, NO_ENTRY)
+        if op.kind == "fence":
+            state.corrupt, state.fenced = False, True
+        else:
+            txn.put(ENTRY_KEY.pack(op.ledger, op.entry), op.value, db=self._entries)
+            state.corrupt = False
+            state.lac = max(state.lac, op.lac)
+        dirty.add(op.ledger)
+
+    def _write_states(self, txn: Any, states: dict[int, _LedgerState | None], dirty: set[int]) -> None:
+        for ledger in dirty:
+            st = states[ledger]
+            assert st is not None
+            key = LEDGER_KEY.pack(ledger)
+            txn.put(key, self._encode_state(key, st), db=self._ledgers)
+
+    def _delete_entries(self, txn: Any, ledger: int) -> None:
+        cursor = txn.cursor(db=self._entries)
+        prefix = LEDGER_KEY.pack(ledger)
+        if cursor.set_range(ENTRY_KEY.pack(ledger, 0)):
+            while bytes(cursor.key())[:8] == prefix:
+                if not cursor.delete():
+                    break
+        txn.delete(prefix, db=self._ledgers)
 
     @property
     def data_dir(self) -> Path:
@@ -286,13 +454,15 @@ class BookieStorage:
             self._metrics.scrub_repaired.inc()
             self._metrics.scrub_damaged.set(len(self._damaged))
 
-    def fail(self, reason: str) -> None:
-        """Stop serving for good: the index is broken. Leaves ``CORRUPT`` so a restart refuses."""
+    def fail(self, reason: str, *, corrupt: bool = True) -> None:
+        """Stop serving for good: the index is broken. Leaves ``CORRUPT`` so a restart refuses
+        (``corrupt=False``: a journal that could not be written; a restart replays what it holds)."""
         if self.failed is not None:
             return
         self.failed = reason
         try:
-            (self._dir / CORRUPT_FILE).write_text(reason + "\n")
+            if corrupt:
+                (self._dir / CORRUPT_FILE).write_text(reason + "\n")
         except OSError:  # the disk may be what is failing; the in-memory flag still holds
             pass
         if self.failure_listener is not None:
@@ -309,6 +479,8 @@ class BookieStorage:
         fs = shutil.disk_usage(self._dir)
         data_file = self._dir / "ledgers" / "data.mdb"
         data_bytes = data_file.stat().st_blocks * 512 if data_file.exists() else 0
+        if self._journal is not None:
+            data_bytes += self._journal.size_bytes()
         return DiskUsage(fs.total, fs.used, data_bytes)
 
     def check_disk(self, *, force: bool = False) -> bool:
@@ -364,6 +536,13 @@ class BookieStorage:
 
     def _enqueue(self, op: _Op, loop: asyncio.AbstractEventLoop) -> None:
         op.loop, op.started = loop, loop.time()
+        if self._journal is not None:
+            if self._closed:
+                raise AlreadyClosed("bookie storage is closed")
+            if self.failed is not None:
+                raise PersistenceError(f"bookie storage has failed: {self.failed}")
+            self._journal_op(op, loop)
+            return
         with self._cond:
             if self._closed:
                 raise AlreadyClosed("bookie storage is closed")
@@ -371,6 +550,104 @@ class BookieStorage:
                 raise PersistenceError(f"bookie storage is corrupt: {self.failed}")
             self._queue.append(op)
             self._cond.notify()
+
+    # --- journal mode: decided and journaled on the loop, acknowledged when synced
+
+    def _journal_op(self, op: _Op, loop: asyncio.AbstractEventLoop) -> None:
+        journal = self._journal
+        assert journal is not None
+        if self._reader_loop is not loop:
+            if self._reader_loop is not None:
+                raise RuntimeError("a journaled bookie storage is used from one event loop only")
+            loop.add_reader(journal.eventfd, self._journal_ready)
+            self._reader_loop = loop
+        viewed = self._view.get(op.ledger)
+        if viewed is not None:
+            state = viewed[0]
+        else:
+            try:
+                with self._env.begin() as txn:
+                    state = self._read_ledger_state(txn, op.ledger)
+            except _CORRUPTION as exc:
+                raise self._lmdb_failed(exc, f"a state read of ledger {op.ledger}") from exc
+        try:
+            new, result, record = _decide(op, state)
+        except MagnetarError as exc:
+            self._answer_now(op, None, exc)
+            return
+        if not record:
+            self._answer_now(op, result, None)
+            return
+        try:
+            op.seq, op.journal_end = journal.append(_encode_record(op))
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:  # no room for the next segment: read-only until space is freed
+                self._full_used = self.disk_usage().fs_used
+                self._full_margin = 1 << 20
+                self._last_disk_check = float("-inf")
+                self._mode_dirty = False
+                self.check_disk(force=True)
+                raise BookieReadOnly("bookie is read-only: no room for the next journal segment") from exc
+            self.fail(f"the journal could not be written: {exc!r}", corrupt=False)
+            raise PersistenceError(f"bookie journal failed: {exc}") from exc
+        op.result = result
+        self._jpending.append(op)
+        if viewed is None:
+            self._view[op.ledger] = [new, 1]
+        else:
+            viewed[0] = new
+            viewed[1] += 1
+        if op.kind == "add":
+            self._overlay[(op.ledger, op.entry)] = op
+        elif op.kind == "delete":
+            self._deleting[op.ledger] = op
+            for key in [k for k in self._overlay if k[0] == op.ledger]:
+                del self._overlay[key]
+
+    def _answer_now(self, op: _Op, result: Any, exc: BaseException | None) -> None:
+        """An outcome decided without the disk (a refused add, a restore with nothing to do),
+        delivered as any other: never synchronously."""
+        assert op.loop is not None
+        if op.kind == "add" and exc is not None and self._metrics is not None:
+            self._metrics.add_failed(str(getattr(exc, "code", "UnknownError")))
+        if op.callback is not None:
+            op.loop.call_soon(op.callback, exc)
+        elif op.future is not None:
+            if exc is not None:
+                op.future.set_exception(exc)
+            else:
+                op.future.set_result(result)
+
+    def _journal_ready(self) -> None:
+        """The journal's writer synced a batch: acknowledge what it holds, and hand it to the
+        writer thread for LMDB. A failed journal write fails the storage."""
+        journal = self._journal
+        assert journal is not None
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(journal.eventfd)
+        durable, err = journal.durable()
+        self._journal_synced(durable, err)
+
+    def _journal_synced(self, durable: int, err: int) -> None:
+        pending = self._jpending
+        done: list[_Op] = []
+        while pending and pending[0].seq <= durable:
+            done.append(pending.popleft())
+        if done:
+            with self._cond:
+                self._queue.extend(done)
+                self._handed += len(done)
+                self._cond.notify()
+            if self._metrics is not None:
+                self._metrics.journal_batch_size.observe(len(done))
+            self._resolve([(op, op.result, None) for op in done])
+        if err and pending:
+            reason = f"the journal could not be written: {os.strerror(err)}"
+            failure = PersistenceError(f"bookie journal write failed: {os.strerror(err)}")
+            failed = list(pending)
+            pending.clear()
+            self.fail(reason, corrupt=False)
+            self._resolve([(op, None, failure) for op in failed])
 
     def add_nowait(
         self, ledger: int, entry: int, data: bytes, crc: int, lac: int, *, recovery: bool = False
@@ -454,6 +731,13 @@ class BookieStorage:
             with self._cond:
                 while not self._queue:
                     self._cond.wait()
+                if self._journal is not None and self._lmdb_interval > 0:
+                    # Journal mode: the writes are acknowledged already; gathering them for an
+                    # interval makes one LMDB commit (two fsyncs) of many, not one of every sync.
+                    self._cond.wait_for(
+                        lambda: self._urgent > 0 or self._queue[-1].kind == "stop" or len(self._queue) >= self._max_ops,
+                        self._lmdb_interval,
+                    )
                 batch: list[_Op] = []
                 size = 0
                 while self._queue and len(batch) < self._max_ops and size < self._max_bytes:
@@ -464,7 +748,10 @@ class BookieStorage:
             if stop:
                 batch.pop()
             if batch:
-                self._commit(batch)
+                if self._journal is not None:
+                    self._commit_journaled(batch)
+                else:
+                    self._commit(batch)
             if stop:
                 return
 
@@ -478,13 +765,7 @@ class BookieStorage:
     def _apply(self, txn: Any, op: _Op, states: dict[int, _LedgerState | None], dirty: set[int]) -> Any:
         state = self._state(txn, op.ledger, states)
         if op.kind == "delete":
-            cursor = txn.cursor(db=self._entries)
-            prefix = LEDGER_KEY.pack(op.ledger)
-            if cursor.set_range(ENTRY_KEY.pack(op.ledger, 0)):
-                while bytes(cursor.key())[:8] == prefix:
-                    if not cursor.delete():
-                        break
-            txn.delete(prefix, db=self._ledgers)
+            self._delete_entries(txn, op.ledger)
             states[op.ledger] = None
             dirty.discard(op.ledger)
             return None
@@ -522,11 +803,7 @@ class BookieStorage:
                         outcomes.append((self._apply(txn, op, states, dirty), None))
                     except MagnetarError as exc:
                         outcomes.append((None, exc))
-                for ledger in dirty:
-                    st = states[ledger]
-                    assert st is not None
-                    key = LEDGER_KEY.pack(ledger)
-                    txn.put(key, self._encode_state(key, st), db=self._ledgers)
+                self._write_states(txn, states, dirty)
         except Exception as commit_error:  # the commit failed (disk full, I/O error): nothing is durable
             failure = PersistenceError(f"bookie write transaction failed: {commit_error}")
             outcomes = [(None, failure)] * len(batch)
@@ -551,6 +828,87 @@ class BookieStorage:
                 loop.call_soon_threadsafe(self._resolve, items)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
+
+    def _commit_journaled(self, batch: list[_Op]) -> None:
+        """Bring journaled (already acknowledged) writes into LMDB; a failed commit is retried
+        every second (the overlay keeps them readable) until it succeeds or the storage fails."""
+        journal = self._journal
+        assert journal is not None
+        end = batch[-1].journal_end
+        assert end is not None
+        loop = batch[-1].loop
+        while True:
+            started = time.perf_counter()
+            try:
+                self._apply_ops(batch, end)
+                break
+            except Exception as exc:
+                if isinstance(exc, _CORRUPTION):
+                    self._pending_failure = f"LMDB reported damage during a commit: {exc!r}"
+                elif _is_enospc(exc) or self._no_room_for(batch):
+                    self._full_used = self.disk_usage().fs_used
+                    self._full_margin = max(sum(len(op.value) for op in batch), 1 << 20)
+                    self._mode_dirty = True
+                else:
+                    log.error("bookie storage %s: LMDB commit of journaled writes failed, retrying: %r", self._dir, exc)
+                if loop is not None:  # the loop turns the flags above into read-only or failed
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(self._applied, [])
+                if self._pending_failure is not None or self.failed is not None or self._closed:
+                    return  # the journal keeps them: the next start replays them
+                time.sleep(1.0)
+        self.commits += 1
+        self.ops_committed += len(batch)
+        with self._cond:
+            self._in_lmdb += len(batch)
+            self._cond.notify_all()
+        if self._metrics is not None:
+            self._metrics.batch_size.observe(len(batch))
+            self._metrics.commit_latency.observe(time.perf_counter() - started)
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._applied, batch)
+        journal.remove_before(end.segment)
+        journal.prepare_next()
+
+    def _wait_in_lmdb(self, timeout: float = 60.0) -> None:
+        """Block until every acknowledged journaled write is in LMDB (for walks over LMDB alone)."""
+        if self._journal is None:
+            return
+        with self._cond:
+            target = self._handed
+            self._urgent += 1
+            self._cond.notify_all()
+            try:
+                done = self._cond.wait_for(
+                    lambda: self._in_lmdb >= target or self._pending_failure is not None or self.failed is not None,
+                    timeout,
+                )
+            finally:
+                self._urgent -= 1
+        if not done:
+            raise PersistenceError(f"the journal's writes did not reach LMDB within {timeout} s")
+
+    def _applied(self, batch: list[_Op]) -> None:
+        """On the loop: these journaled writes are in LMDB; drop them from the overlay."""
+        if self._pending_failure is not None:
+            self.fail(self._pending_failure)
+        if self._mode_dirty:
+            self._mode_dirty = False
+            self._last_disk_check = float("-inf")
+            self.check_disk(force=True)
+        for op in batch:
+            if op.kind == "add":
+                key = (op.ledger, op.entry)
+                if self._overlay.get(key) is op:
+                    del self._overlay[key]
+            elif op.kind == "delete" and self._deleting.get(op.ledger) is op:
+                del self._deleting[op.ledger]
+            viewed = self._view.get(op.ledger)
+            if viewed is not None:
+                viewed[1] -= 1
+                if viewed[1] <= 0:
+                    del self._view[op.ledger]
 
     def _resolve(self, items: list[tuple[_Op, Any, BaseException | None]]) -> None:
         # The receipts and dispatches this batch's callbacks write go out as it ends (write_batch.py).
@@ -600,15 +958,31 @@ class BookieStorage:
         raw = txn.get(key, db=self._ledgers)
         return self._decode_state(key, raw) if raw is not None else None
 
+    def _ledger_state(self, ledger: int) -> _LedgerState | None:
+        """A ledger's state as readers see it: the overlay's (journal mode), else LMDB's."""
+        viewed = self._view.get(ledger)
+        if viewed is not None:
+            state: _LedgerState | None = viewed[0]
+            return state
+        with self._env.begin() as txn:
+            return self._read_ledger_state(txn, ledger)
+
     def read_sync(self, ledger: int, entry: int) -> ReadResult:
         self._check_open()
         _check_ids(ledger, entry)
         key = ENTRY_KEY.pack(ledger, entry)
+        pending = self._overlay.get((ledger, entry))
+        viewed = self._view.get(ledger)
         try:
             with self._env.begin() as txn:
-                raw = txn.get(key, db=self._entries)
-                raw = bytes(raw) if raw is not None else None
-                state = self._read_ledger_state(txn, ledger)
+                if pending is not None:
+                    raw: bytes | None = pending.value
+                elif ledger in self._deleting:
+                    raw = None
+                else:
+                    found = txn.get(key, db=self._entries)
+                    raw = bytes(found) if found is not None else None
+                state = viewed[0] if viewed is not None else self._read_ledger_state(txn, ledger)
         except _CORRUPTION as exc:
             raise self._lmdb_failed(exc, f"a read of {ledger}:{entry}") from exc
         try:
@@ -640,8 +1014,7 @@ class BookieStorage:
         self._check_open()
         _check_ids(ledger)
         try:
-            with self._env.begin() as txn:
-                state = self._read_ledger_state(txn, ledger)
+            state = self._ledger_state(ledger)
         except _CORRUPTION as exc:
             raise self._lmdb_failed(exc, f"a LAC read of {ledger}") from exc
         if state is None:
@@ -657,8 +1030,7 @@ class BookieStorage:
     async def is_fenced(self, ledger: int) -> bool:
         """A damaged state reads as fenced (the safe answer)."""
         self._check_open()
-        with self._env.begin() as txn:
-            state = self._read_ledger_state(txn, ledger)
+        state = self._ledger_state(ledger)
         return state is not None and state.fenced
 
     async def last_entry(self, ledger: int) -> int:
@@ -666,31 +1038,45 @@ class BookieStorage:
         forward to; raises ``NoSuchLedger`` for a ledger this bookie never saw."""
         self._check_open()
         _check_ids(ledger)
+        overlay = max((e for (led, e) in list(self._overlay) if led == ledger), default=NO_ENTRY)
+        viewed = self._view.get(ledger)
         with self._env.begin() as txn:
-            if self._read_ledger_state(txn, ledger) is None:
+            state = viewed[0] if viewed is not None else self._read_ledger_state(txn, ledger)
+            if state is None:
                 raise NoSuchLedger(f"ledger {ledger} is not on this bookie")
+            if ledger in self._deleting:
+                return overlay
             cursor = txn.cursor(db=self._entries)
             if ledger < _U64_MAX and cursor.set_range(ENTRY_KEY.pack(ledger + 1, 0)):
                 found = cursor.prev()
             else:
                 found = cursor.last()
             if not found:
-                return NO_ENTRY
+                return overlay
             led, ent = ENTRY_KEY.unpack(cursor.key())
-        return int(ent) if led == ledger else NO_ENTRY
+        return max(int(ent), overlay) if led == ledger else overlay
 
     async def ledgers(self) -> list[int]:
         """Ids of every ledger with state on this bookie (for garbage collection and audits)."""
         self._check_open()
+        viewed = dict(self._view)
         with self._env.begin() as txn:
             cursor = txn.cursor(db=self._ledgers)
-            return [LEDGER_KEY.unpack(k)[0] for k in cursor.iternext(keys=True, values=False)]
+            stored = [LEDGER_KEY.unpack(k)[0] for k in cursor.iternext(keys=True, values=False)]
+        if not viewed:
+            return stored
+        found = {ledger for ledger in stored if ledger not in viewed}
+        found.update(ledger for ledger, (st, _) in viewed.items() if st is not None)
+        return sorted(found)
 
     def entry_ids(self, ledger: int, first: int = 0, last: int = _U64_MAX) -> list[int]:
         """The entry ids stored for ``ledger`` in ``first..last`` (the scrubber compares them with
         what the ledger's metadata says this bookie holds: a damaged index can lose keys)."""
         self._check_open()
         out: list[int] = []
+        overlay = [e for (led, e) in list(self._overlay) if led == ledger and first <= e <= last]
+        if ledger in self._deleting:
+            return sorted(overlay)
         try:
             with self._env.begin() as txn:
                 cursor = txn.cursor(db=self._entries)
@@ -702,6 +1088,8 @@ class BookieStorage:
                         out.append(int(ent))
         except _CORRUPTION as exc:
             raise self._lmdb_failed(exc, f"a listing of ledger {ledger}") from exc
+        if overlay:
+            return sorted(set(out).union(overlay))
         return out
 
     def verify_all(self) -> VerifyReport:
@@ -710,6 +1098,7 @@ class BookieStorage:
         LMDB may also abort the process on some damage: ``verify_directory`` in a child process
         (what the scrubber uses) survives that."""
         self._check_open()
+        self._wait_in_lmdb()
         try:
             with self._env.begin() as txn:
                 return _walk(txn, self._entries, self._ledgers, self.format)
@@ -727,12 +1116,55 @@ class BookieStorage:
         with self._cond:
             if self._closed:
                 return
-            self._closed = True
+            self._closed = True  # new writes are refused from here on
+        journal = self._journal
+        if journal is not None:
+            if self._reader_loop is not None:
+                self._reader_loop.remove_reader(journal.eventfd)
+            durable, err = await asyncio.to_thread(journal.close)  # syncs what was appended
+            self._journal_synced(durable, err)  # acknowledged, and handed to the writer thread
+        with self._cond:
             self._queue.append(_Op("stop", 0))
             self._cond.notify()
         await asyncio.to_thread(self._thread.join)
         self._env.close()
         (self._dir / OPEN_FILE).unlink(missing_ok=True)
+
+
+def journal_default() -> bool:
+    """Whether storages journal when the caller does not say: yes, unless ``MAGNETAR_BOOKIE_JOURNAL=0``."""
+    return os.environ.get(JOURNAL_ENV, "1").strip() != "0"
+
+
+def _decide(op: _Op, state: _LedgerState | None) -> tuple[_LedgerState | None, Any, bool]:
+    """Journal mode: what ``_apply`` would do to ``state`` (left unchanged), decided before the
+    write is journaled: (the new state, the op's result, whether to journal it). Raises
+    ``LedgerFenced`` for an add to a fenced ledger, as ``_apply`` does."""
+    if op.kind == "delete":
+        return None, None, True
+    if op.kind == "restore":
+        if state is None or not state.corrupt:
+            return state, False, False
+        return _LedgerState(op.recovery, op.lac), True, True
+    new = _LedgerState(False, NO_ENTRY) if state is None else _LedgerState(state.fenced, state.lac, state.corrupt)
+    if op.kind == "fence":
+        new.corrupt, new.fenced = False, True
+        return new, new.lac, True
+    if new.fenced and not op.recovery:
+        raise LedgerFenced(f"ledger {op.ledger} is fenced")
+    new.corrupt = False
+    new.lac = max(new.lac, op.lac)
+    return new, None, True
+
+
+def _encode_record(op: _Op) -> bytes:
+    return JOURNAL_RECORD.pack(_KIND_CODES[op.kind], op.ledger, op.entry, op.lac, op.recovery) + op.value
+
+
+def decode_record(body: bytes) -> _Op:
+    """A journal record's operation (``kind``, ``ledger``, ``entry``, ``value``, ``lac``, ``recovery``)."""
+    code, ledger, entry, lac, recovery = JOURNAL_RECORD.unpack_from(body)
+    return _Op(_CODE_KINDS[code], ledger, entry, body[JOURNAL_RECORD.size :], lac, recovery)
 
 
 def _is_enospc(exc: BaseException) -> bool:

@@ -106,6 +106,7 @@ KEYS: dict[str, dict[str, str]] = {
         "dataDir": "data_dir",
         "bookieId": "bookie_id",
         "diskUsageThreshold": "readonly_threshold",
+        "journalEnabled": "journal",  # Magnetar's own: BookKeeper always journals
         # Who may use the bookie, TLS on its port; autorecovery's own credentials and TLS
         # (cli/bookie_security_flags.py, bookie/auth.py)
         "authenticationEnabled": "authentication_enabled",

@@ -41,6 +41,7 @@ class BookieNode(Node):
         advertised_host: str | None = None,
         advertised_port: int | None = None,
         sync_data: bool = True,
+        journal: bool | None = None,
         http_port: int | None = None,
         security: BookieSecurity | None = None,
         client_security: BookieClientSecurity | None = None,
@@ -61,6 +62,7 @@ class BookieNode(Node):
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
         self.sync_data = sync_data
+        self.journal = journal
         self.http_port = http_port
         self.store: MetadataStore | None = None
         self.service: BookieService | None = None
@@ -80,6 +82,7 @@ class BookieNode(Node):
             advertised_host=self.advertised_host,
             advertised_port=self.advertised_port,
             sync=self.sync_data,
+            journal=self.journal,
             security=self.security,
             client_security=self.client_security,
             scrub_interval=self.scrub_interval,

@@ -47,6 +47,7 @@ class StandaloneConfig:
     data_dir: Path
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     bookie_port: int = 3181
+    journal: bool | None = None  # the bookie's journal (bookie/journal.py); None: on unless MAGNETAR_BOOKIE_JOURNAL=0
 
 
 class Standalone(Node):
@@ -71,6 +72,7 @@ class Standalone(Node):
             registry=bookie_registry,
             autorecovery=False,  # one bookie: there is nowhere to re-replicate to
             security=bookie_security(self.config.broker),
+            journal=self.config.journal,
         )
         with binding(self.config.bookie_port, "bookie"):
             await bookie.start()  # a failed start closes what it opened
