@@ -100,6 +100,24 @@ async def test_acks_are_grouped_until_the_window_ends_or_the_group_is_full(fake_
         assert fake_broker.sent("ack")[1]["positions"] == [[7, 3]]
 
 
+async def test_a_group_is_full_after_that_many_messages_not_entries(fake_broker, monkeypatch):
+    """Each message of a batch counts towards the group, as in Pulsar's grouping tracker: the broker
+    counts unacked messages against max_unacked_messages_per_consumer, and a group held open for
+    the window while a fast consumer acks whole batches stopped its dispatch (W1's consume rate
+    fell by a fifth)."""
+    monkeypatch.setattr(consumer_module, "ACK_GROUPING_SECONDS", 3600.0)
+    monkeypatch.setattr(consumer_module, "ACK_GROUPING_MAX", 3)
+    async with aio.Client(fake_broker.url) as client:
+        consumer = await client.subscribe("c", "s", initial_position=InitialPosition.Earliest)
+        await _produce(client, "c", 4)  # one batch: one entry of 4 messages
+        msgs = [await consumer.receive(timeout_millis=5000) for _ in range(4)]
+        assert {m.message_id().entry_id() for m in msgs} == {0}
+        for m in msgs:
+            await consumer.acknowledge(m)
+        await fake_broker.wait_for(lambda: fake_broker.sent("ack"))  # one entry, four messages: full
+        assert [a["positions"] for a in fake_broker.sent("ack")] == [[[7, 0]]]
+
+
 async def test_grouped_acks_go_out_before_a_redelivery_and_a_close(fake_broker, monkeypatch):
     """An ack waiting in its group is sent before ``redeliver_unacknowledged_messages`` (or that
     message would come back) and before the close, which does not wait for the window."""

@@ -157,6 +157,10 @@ class PartitionConsumer(Attachment):
         self.tracker = BatchAckTracker()
         self._batch_index_ack = config.batch_index_ack_enabled
         self._acks: list[Position] = []
+        # Messages acknowledged since the last flush (a batch's messages count one each, as in
+        # Pulsar's grouping tracker): the broker counts unacked messages, not entries, against
+        # max_unacked_messages_per_consumer, so a group is bounded in messages.
+        self._acked_msgs = 0
         self._batch_acks: dict[Position, set[int]] = {}
         self._cumulative: Position | None = None
         self._flush_scheduled = False
@@ -536,6 +540,7 @@ class PartitionConsumer(Attachment):
 
     def acknowledge(self, position: Position, index: int) -> None:
         """Individually acknowledge message ``index`` of the entry at ``position`` (-1: not batched)."""
+        self._acked_msgs += 1
         chunked = self._chunked
         if chunked:
             chunks = chunked.pop(position, None)
@@ -571,7 +576,7 @@ class PartitionConsumer(Attachment):
             timeouts.discard(position)
         if self._flush_scheduled:
             return
-        if len(self._acks) >= ACK_GROUPING_MAX:
+        if len(self._acks) >= ACK_GROUPING_MAX or self._acked_msgs >= ACK_GROUPING_MAX:
             self._schedule_flush()
         elif self._ack_timer is None:
             self._ack_timer = self._loop.call_later(ACK_GROUPING_SECONDS, self.flush_acks)
@@ -743,6 +748,7 @@ class PartitionConsumer(Attachment):
             self._redeliver_now.clear()
             return
         if self._acks or self._batch_acks:
+            self._acked_msgs = 0
             positions, self._acks = self._acks, []
             batch_acks: list[list[Any]] | None = None
             if self._batch_acks:
@@ -1289,6 +1295,7 @@ class Consumer:
             info = message._info
             owner = info.owner
             if owner is not None and not owner._batch_index_ack:
+                owner._acked_msgs += 1
                 unacked = info.unacked
                 if unacked is not None:
                     unacked.discard(message._index)
