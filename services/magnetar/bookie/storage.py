@@ -763,33 +763,13 @@ class BookieStorage:
         return states[ledger]
 
     def _apply(self, txn: Any, op: _Op, states: dict[int, _LedgerState | None], dirty: set[int]) -> Any:
-        state = self._state(txn, op.ledger, states)
-        if op.kind == "delete":
-            self._delete_entries(txn, op.ledger)
-            states[op.ledger] = None
-            dirty.discard(op.ledger)
-            return None
-        if op.kind == "restore":
-            if state is None or not state.corrupt:
-                return False
-            states[op.ledger] = _LedgerState(op.recovery, op.lac)
-            dirty.add(op.ledger)
-            return True
-        if state is None:
-            state = states[op.ledger] = _LedgerState(False, NO_ENTRY)
-        if op.kind == "fence":
-            state.corrupt = False
-            state.fenced = True
-            dirty.add(op.ledger)
-            return state.lac
-        if state.fenced and not op.recovery:
-            raise LedgerFenced(f"ledger {op.ledger} is fenced")
-        txn.put(ENTRY_KEY.pack(op.ledger, op.entry), op.value, db=self._entries)
-        state.corrupt = False  # rewritten below (fenced, since a damaged record reads as fenced)
-        if op.lac > state.lac:
-            state.lac = op.lac
-        dirty.add(op.ledger)
-        return None
+        """One write in the writer's queue order, without the journal: decided on the state LMDB
+        holds (and this transaction changed), then applied. Raises ``LedgerFenced`` for an add to
+        a fenced ledger; returns the op's result (a fence's LAC, whether a restore applied)."""
+        _, result, apply = _decide(op, self._state(txn, op.ledger, states))
+        if apply:
+            self._apply_decided(txn, op, states, dirty)
+        return result
 
     def _commit(self, batch: list[_Op]) -> None:
         outcomes: list[tuple[Any, BaseException | None]] = []

@@ -24,6 +24,7 @@ from magnetar.broker.producer_access import ProducerAccess
 from magnetar.broker.rate_limit import TopicRateLimits
 from magnetar.broker.subscription import Subscription
 from magnetar.managed_ledger import ManagedLedger, Position
+from magnetar.managed_ledger.ledger import settle
 from magnetar.protocol import commands as c
 from magnetar.protocol.entry import EntryMeta, encode_entry
 from magnetar.protocol.errors import AlreadyClosed, ConsumerBusy, ProducerBusy
@@ -116,7 +117,7 @@ class PersistentTopic:
     def publish(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> asyncio.Future[Position]:
         """``publish_with`` as a future (tests and callers that await the outcome)."""
         fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        self.publish_with(producer, meta, payload, partial(_settle, fut))
+        self.publish_with(producer, meta, payload, partial(settle, fut))
         return fut
 
     def publish_with(self, producer: ServerProducer, meta: EntryMeta, payload: bytes, on_done: Published) -> None:
@@ -158,7 +159,7 @@ class PersistentTopic:
                 assert pos is not None
                 dedup.stored(ticket, pos)
             if original is not None:
-                _settle(original, pos, exc)
+                settle(original, pos, exc)
                 if exc is not None:
                     original.exception()  # retrieved: only a resend waits on it, and it may never come
             on_done(pos, exc)
@@ -294,16 +295,6 @@ class PersistentTopic:
 #: ``on_done(position, None)`` once a publish is durable (or -1:-1 for a dropped duplicate),
 #: ``on_done(None, error)`` if it failed.
 Published = Callable[[Position | None, BaseException | None], None]
-
-
-def _settle(fut: asyncio.Future[Position], pos: Position | None, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        assert pos is not None
-        fut.set_result(pos)
 
 
 def _outcome(on_done: Published, fut: asyncio.Future[Position]) -> None:

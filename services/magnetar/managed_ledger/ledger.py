@@ -353,21 +353,12 @@ class ManagedLedger:
         add is queued behind a roll-over keeps it from being issued."""
         fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
 
-        def added(pos: Position | None, exc: BaseException | None) -> None:
-            if fut.done():
-                return
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                assert pos is not None
-                fut.set_result(pos)
-
         def still_wanted() -> BaseException | None:
             if fut.cancelled():
                 return asyncio.CancelledError()
             return precondition() if precondition is not None else None
 
-        self.add_entry_with(data, added, precondition=still_wanted, messages=messages)
+        self.add_entry_with(data, partial(settle, fut), precondition=still_wanted, messages=messages)
         return await fut
 
     def add_entry_with(
@@ -812,3 +803,14 @@ class ManagedLedger:
             except NotFound:
                 pass
         await self._store.delete(self.meta_path, ANY_VERSION)
+
+
+def settle(fut: asyncio.Future[Position], pos: Position | None, exc: BaseException | None) -> None:
+    """An ``AddedListener`` that resolves ``fut`` (unless it is done already: its caller left)."""
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        assert pos is not None
+        fut.set_result(pos)
