@@ -787,18 +787,8 @@ class BookieStorage:
         except Exception as commit_error:  # the commit failed (disk full, I/O error): nothing is durable
             failure = PersistenceError(f"bookie write transaction failed: {commit_error}")
             outcomes = [(None, failure)] * len(batch)
-            if isinstance(commit_error, _CORRUPTION):
-                self._pending_failure = f"LMDB reported damage during a commit: {commit_error!r}"
-            elif _is_enospc(commit_error) or self._no_room_for(batch):
-                # The disk filled faster than the threshold check: refuse adds until space is freed.
-                self._full_used = self.disk_usage().fs_used
-                self._full_margin = max(sum(len(op.value) for op in batch), 1 << 20)
-                self._mode_dirty = True
-        self.commits += 1
-        self.ops_committed += len(batch)
-        if self._metrics is not None:
-            self._metrics.batch_size.observe(len(batch))
-            self._metrics.commit_latency.observe(time.perf_counter() - started)
+            self._commit_failed(commit_error, batch)
+        self._committed(batch, started)
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Op, Any, BaseException | None]]] = {}
         for op, (result, error) in zip(batch, outcomes, strict=True):
             assert op.loop is not None
@@ -808,6 +798,27 @@ class BookieStorage:
                 loop.call_soon_threadsafe(self._resolve, items)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
+
+    def _commit_failed(self, exc: BaseException, batch: list[_Op]) -> bool:
+        """Turn a failed LMDB commit into the storage's flags (broken index: fail; disk full:
+        read-only until space is freed); False when it was neither."""
+        if isinstance(exc, _CORRUPTION):
+            self._pending_failure = f"LMDB reported damage during a commit: {exc!r}"
+            return True
+        if _is_enospc(exc) or self._no_room_for(batch):
+            # The disk filled faster than the threshold check: refuse adds until space is freed.
+            self._full_used = self.disk_usage().fs_used
+            self._full_margin = max(sum(len(op.value) for op in batch), 1 << 20)
+            self._mode_dirty = True
+            return True
+        return False
+
+    def _committed(self, batch: list[_Op], started: float) -> None:
+        self.commits += 1
+        self.ops_committed += len(batch)
+        if self._metrics is not None:
+            self._metrics.batch_size.observe(len(batch))
+            self._metrics.commit_latency.observe(time.perf_counter() - started)
 
     def _commit_journaled(self, batch: list[_Op]) -> None:
         """Bring journaled (already acknowledged) writes into LMDB; a failed commit is retried
@@ -823,13 +834,7 @@ class BookieStorage:
                 self._apply_ops(batch, end)
                 break
             except Exception as exc:
-                if isinstance(exc, _CORRUPTION):
-                    self._pending_failure = f"LMDB reported damage during a commit: {exc!r}"
-                elif _is_enospc(exc) or self._no_room_for(batch):
-                    self._full_used = self.disk_usage().fs_used
-                    self._full_margin = max(sum(len(op.value) for op in batch), 1 << 20)
-                    self._mode_dirty = True
-                else:
+                if not self._commit_failed(exc, batch):
                     log.error("bookie storage %s: LMDB commit of journaled writes failed, retrying: %r", self._dir, exc)
                 if loop is not None:  # the loop turns the flags above into read-only or failed
                     with contextlib.suppress(RuntimeError):
@@ -837,14 +842,10 @@ class BookieStorage:
                 if self._pending_failure is not None or self.failed is not None or self._closed:
                     return  # the journal keeps them: the next start replays them
                 time.sleep(1.0)
-        self.commits += 1
-        self.ops_committed += len(batch)
+        self._committed(batch, started)
         with self._cond:
             self._in_lmdb += len(batch)
             self._cond.notify_all()
-        if self._metrics is not None:
-            self._metrics.batch_size.observe(len(batch))
-            self._metrics.commit_latency.observe(time.perf_counter() - started)
         if loop is not None:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._applied, batch)
@@ -871,12 +872,7 @@ class BookieStorage:
 
     def _applied(self, batch: list[_Op]) -> None:
         """On the loop: these journaled writes are in LMDB; drop them from the overlay."""
-        if self._pending_failure is not None:
-            self.fail(self._pending_failure)
-        if self._mode_dirty:
-            self._mode_dirty = False
-            self._last_disk_check = float("-inf")
-            self.check_disk(force=True)
+        self._take_writer_flags()
         for op in batch:
             if op.kind == "add":
                 key = (op.ledger, op.entry)
@@ -890,6 +886,15 @@ class BookieStorage:
                 if viewed[1] <= 0:
                     del self._view[op.ledger]
 
+    def _take_writer_flags(self) -> None:
+        """On the loop: what the writer thread found (a broken index, a full disk) takes effect."""
+        if self._pending_failure is not None:
+            self.fail(self._pending_failure)
+        if self._mode_dirty:
+            self._mode_dirty = False
+            self._last_disk_check = float("-inf")
+            self.check_disk(force=True)
+
     def _resolve(self, items: list[tuple[_Op, Any, BaseException | None]]) -> None:
         # The receipts and dispatches this batch's callbacks write go out as it ends (write_batch.py).
         with write_batch.flushed_at_end():
@@ -898,12 +903,7 @@ class BookieStorage:
     def _resolve_batch(self, items: list[tuple[_Op, Any, BaseException | None]]) -> None:
         m = self._metrics
         now = asyncio.get_running_loop().time()
-        if self._pending_failure is not None:
-            self.fail(self._pending_failure)
-        if self._mode_dirty:
-            self._mode_dirty = False
-            self._last_disk_check = float("-inf")
-            self.check_disk(force=True)
+        self._take_writer_flags()
         for op, result, exc in items:
             fut = op.future
             if op.kind == "add" and exc is None and (op.ledger, op.entry) in self._damaged:
