@@ -11,6 +11,7 @@ LMDB after the next open, with the journal on or off.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import select
 import subprocess
@@ -227,3 +228,26 @@ async def test_kill_9_before_anything_reached_lmdb_loses_nothing(
         assert (await again.read(5, 199)).data == b"k199" * 20
     finally:
         await again.close()
+
+
+async def test_refused_adds_leave_no_lmdb_reader_slots_behind(tmp_path: Path, writer_kind: str) -> None:
+    """The bookie fuzzer's find: a refusal kept its frame, and the frame its read transaction,
+    alive in a cycle (op -> future -> exception -> traceback -> frame -> op); py-lmdb keeps a
+    finished read transaction's slot until the object is freed, so after 126 refusals every read
+    failed with MDB_READERS_FULL. With the cycle collector off, as between this project's rare
+    sweeps (MAGNETAR_GC_*), 300 refusals must leave the reader table as it was."""
+    first = BookieStorage(tmp_path, journal=True)
+    await first.fence(3)
+    await first.close()
+    storage = BookieStorage(tmp_path, journal=True)  # the fence is in LMDB: each refusal reads it there
+    gc.disable()
+    try:
+        for e in range(300):
+            with pytest.raises(LedgerFenced):
+                await storage.add(3, e, *entry(b"late"), lac=e - 1)
+        assert storage._env.info()["num_readers"] <= 2
+        with pytest.raises(NoSuchEntry):
+            await storage.read(3, 0)  # reads still work
+    finally:
+        gc.enable()
+        await storage.close()

@@ -562,18 +562,13 @@ class BookieStorage:
             loop.add_reader(journal.eventfd, self._journal_ready)
             self._reader_loop = loop
         viewed = self._view.get(op.ledger)
-        if viewed is not None:
-            state = viewed[0]
-        else:
-            try:
-                with self._env.begin() as txn:
-                    state = self._read_ledger_state(txn, op.ledger)
-            except _CORRUPTION as exc:
-                raise self._lmdb_failed(exc, f"a state read of ledger {op.ledger}") from exc
+        state = viewed[0] if viewed is not None else self._stored_state(op.ledger)
         try:
             new, result, record = _decide(op, state)
         except MagnetarError as exc:
-            self._answer_now(op, None, exc)
+            # Without its traceback: this frame would keep the refusal, the op and its future
+            # alive in a cycle until the (rare, MAGNETAR_GC_*) cycle collection.
+            self._answer_now(op, None, exc.with_traceback(None))
             return
         if not record:
             self._answer_now(op, result, None)
@@ -603,6 +598,17 @@ class BookieStorage:
             self._deleting[op.ledger] = op
             for key in [k for k in self._overlay if k[0] == op.ledger]:
                 del self._overlay[key]
+
+    def _stored_state(self, ledger: int) -> _LedgerState | None:
+        """A ledger's state in LMDB. A function of its own so that no frame that may be kept alive
+        (by an exception's traceback) holds the read transaction: py-lmdb keeps a finished read
+        transaction's reader slot until the object is freed, and 126 such slots stopped every read
+        (``MDB_READERS_FULL``; the bookie fuzzer found it)."""
+        try:
+            with self._env.begin() as txn:
+                return self._read_ledger_state(txn, ledger)
+        except _CORRUPTION as exc:
+            raise self._lmdb_failed(exc, f"a state read of ledger {ledger}") from exc
 
     def _answer_now(self, op: _Op, result: Any, exc: BaseException | None) -> None:
         """An outcome decided without the disk (a refused add, a restore with nothing to do),
