@@ -71,7 +71,9 @@ def _fsync_directory(directory: Path) -> None:
 
 
 def _check(segment: int, offset: int, body: bytes | memoryview) -> int:
-    return crc32c(POSITION.pack(segment, offset) + bytes(body))
+    """CRC32C of the record's position followed by its body (continued, not concatenated: the
+    body is a whole entry, and appending is on every add's path)."""
+    return crc32c(body, crc32c(POSITION.pack(segment, offset)))
 
 
 class Journal:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from magnetar.broker.consumer import ServerConsumer
@@ -39,6 +40,7 @@ from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.producer import Rate, ServerProducer
 from magnetar.broker.producer_access import ProducerAccess
 from magnetar.managed_ledger import Position
+from magnetar.managed_ledger.ledger import settle
 from magnetar.protocol import commands as c
 from magnetar.protocol.entry import EntryMeta
 from magnetar.protocol.errors import ConsumerBusy, InvalidCommand, InvalidTopicName, ProducerBusy, Unsupported
@@ -239,8 +241,7 @@ class NonPersistentTopic:
     def publish(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> asyncio.Future[Position]:
         """``publish_with`` as a future, already resolved to 0:0."""
         receipt: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        self._offer(producer, meta, payload)
-        receipt.set_result(NON_PERSISTENT_POSITION)
+        self.publish_with(producer, meta, payload, partial(settle, receipt))
         return receipt
 
     def publish_with(
@@ -252,10 +253,6 @@ class NonPersistentTopic:
     ) -> None:
         """Offer the entry to every subscription now, then ``on_done(0:0, None)`` (the connection
         writes the receipt from it, as for a persistent topic's)."""
-        self._offer(producer, meta, payload)
-        on_done(NON_PERSISTENT_POSITION, None)
-
-    def _offer(self, producer: ServerProducer, meta: EntryMeta, payload: bytes) -> None:
         count = int(meta.get("n", 1))
         if not self._sampled:
             self._traffic()
@@ -265,6 +262,7 @@ class NonPersistentTopic:
         self.entries_added += 1
         for sub in list(self.subscriptions.values()):
             sub.dispatch(meta, payload, count)
+        on_done(NON_PERSISTENT_POSITION, None)
 
     # ------------------------------------------------------------------ subscriptions
     async def subscribe(
