@@ -277,7 +277,7 @@ def test_a_sigint_wakes_a_blocking_receive_with_interrupted(client: pulsar.Clien
     consumer = client.subscribe(topic, "sub")
 
     def interrupt_once_waiting() -> None:
-        wait_for("receive to wait", lambda: consumer._c._waiters)
+        wait_for("receive to wait", lambda: consumer._c._blocked)
         os.kill(os.getpid(), signal.SIGINT)
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)

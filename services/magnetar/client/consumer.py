@@ -50,6 +50,7 @@ from typing import Any
 
 from magnetar.client.acks import BatchAckTracker, FlowPermits, Position
 from magnetar.client.batch_receive import collect
+from magnetar.client.blocked_receivers import BlockedReceivers
 from magnetar.client.chunking import ChunkAssembler, ChunkedMessage, is_chunk
 from magnetar.client.connection import Connection
 from magnetar.client.consumer_config import ConsumerConfig
@@ -1052,6 +1053,8 @@ class Consumer:
         self._partitioned: dict[str, int] = {}
         self._queue: deque[Message] = deque()
         self._waiters: deque[asyncio.Future[None]] = deque()
+        # Threads of the blocking client in receive(), woken from here directly (blocked_receivers.py).
+        self._blocked = BlockedReceivers()
         self._error: MagnetarError | None = None
         self._closing = False
         self._letters: DeadLetters | None = None
@@ -1129,6 +1132,8 @@ class Consumer:
         self._queue.extend(messages)
         if self._waiters:
             self._wake_one()
+        if self._blocked:
+            self._blocked.wake(len(messages))
 
     def _discard_queued(self, part: PartitionConsumer) -> list[Message]:
         """Drop the queued, not yet received messages of ``part`` and return them, oldest first.
@@ -1155,6 +1160,7 @@ class Consumer:
             w = self._waiters.popleft()
             if not w.done():
                 w.set_result(None)
+        self._blocked.wake_all()
 
     def _wake_one(self) -> None:
         waiters = self._waiters

@@ -104,6 +104,15 @@ class _LoopThread:
             raise AlreadyClosed("client is closed")
         return wait_future(asyncio.run_coroutine_threadsafe(coro, self.loop), self.alive)
 
+    def take(self, consumer: aio.Consumer, timeout_millis: int | None) -> Message:
+        """The next message of ``consumer``'s queue, waiting on the loop thread's delivery
+        (blocked_receivers.py): the blocking ``receive`` once nothing is queued."""
+        if self.in_loop_thread():
+            raise RuntimeError("blocking client calls cannot be made from a client callback")
+        if self.closed:
+            raise AlreadyClosed("client is closed")
+        return consumer._blocked.take(consumer._queue, lambda: consumer._error, timeout_millis, self.alive)
+
     def stop(self) -> None:
         self.closed = True
         for owned in list(self.owned):
@@ -711,7 +720,7 @@ class Consumer:
             # permit bookkeeping is handed over with the next batch of operations.
             msg = self._c._queue.popleft()
         except IndexError:
-            return self._lt.run(self._c.receive(timeout_millis))
+            msg = self._lt.take(self._c, timeout_millis)
         self._op(_CONSUMED, msg)
         return msg
 
@@ -858,7 +867,7 @@ class Reader:
             # Fast path, as the consumer's: the read bookkeeping follows on the loop, in order.
             msg = self._r.consumer._queue.popleft()
         except IndexError:
-            return self._lt.run(self._r.read_next(timeout_millis))
+            msg = self._lt.take(self._r.consumer, timeout_millis)
         self._read.append(msg)
         if not self._wakeup_pending:
             self._wakeup_pending = True
