@@ -112,7 +112,7 @@ class Subscription:
         self._epoch = 0  # bumped by reset(): a dispatch round that awaited across it starts over
         self._task: asyncio.Task[None] | None = None
         self._again = False
-        self._unlisten = ml.add_listener(self.schedule)
+        self._unlisten = ml.add_listener(self.on_added)
         self.msg_out = 0
         self.bytes_out = 0
         # Dispatch rate limits: the topic attaches its limits (rate_limit.TopicRateLimits.attach).
@@ -511,6 +511,49 @@ class Subscription:
         ):
             return
         self._task = asyncio.get_running_loop().create_task(self._dispatch_loop())
+
+    def on_added(self) -> None:
+        """The managed ledger's listener: an entry became durable.
+
+        A consumer reading the tail gets it in this very callback, from the ledger's cache, rather
+        than from a dispatch task one loop turn later (and its flush one more turn after that):
+        inside the bookie's answer the write joins the callback's ``write_batch`` scope and goes
+        out with the producer's receipt. Anything else (replays pending, a dispatch running, a
+        delayed or compacted view, a read that needs the bookies) takes the usual round.
+        """
+        if not self._dispatch_from_cache():
+            self.schedule()
+
+    def _dispatch_from_cache(self) -> bool:
+        """``_dispatch_round``'s read of new entries, without a task, when the cache can answer
+        all of it; False when the usual round must do it."""
+        if (
+            (self._task is not None and not self._task.done())
+            or self._ready
+            or self.delayed is not None
+            or self.compacted is not None
+            or self.blocked_on_unacked
+            or not self.dispatcher.has_permits()
+            or len(self.redeliver) >= LOOKAHEAD_LIMIT
+            or not self.cursor.has_more()
+        ):
+            return False
+        wanted = max(1, min(READ_BATCH, self.dispatcher.total_permits()))
+        start = self.cursor.read_position
+        entries = self.ml.read_cached(start, wanted)
+        if not entries:
+            return False
+        budget = self.dispatch_gate.allow(wanted, self.schedule)
+        if budget <= 0:
+            return True  # over a dispatch rate: the gate calls schedule() when it allows again
+        del entries[budget:]
+        after = self.ml.next_position(entries[-1][0])
+        if after > self.cursor.read_position:
+            self.cursor.read_position = after
+        self._dispatch_entries(entries, replay=False)
+        if self._has_more():  # more than one read's worth: the round carries on
+            self.schedule()
+        return True
 
     async def _dispatch_loop(self) -> None:
         try:

@@ -441,12 +441,16 @@ class ManagedLedger:
                 info.entries = entry_id + 1
             info.size += len(data)
         self._cache_put(pos, data)
-        for callback in list(self._listeners):
-            try:
-                callback()
-            except Exception:  # a dispatcher's bug must not cost the producer its receipt
-                log.exception("add listener of %s failed", self.name)
-        listener(pos, None)
+        # The producer's receipt first, then the dispatchers: they may deliver the entry at once
+        # (Subscription.on_added), and its receipt should not wait behind that.
+        try:
+            listener(pos, None)
+        finally:
+            for callback in list(self._listeners):
+                try:
+                    callback()
+                except Exception:  # a dispatcher's bug must not cost the others the entry
+                    log.exception("add listener of %s failed", self.name)
 
     def _drain_queue(self) -> None:
         """Issue queued adds in order after a roll-over (or fail them all if it failed)."""
@@ -612,24 +616,39 @@ class ManagedLedger:
     # ------------------------------------------------------------------ reading
     async def read_entries(self, start: Position, max_entries: int) -> list[tuple[Position, bytes]]:
         """Up to ``max_entries`` durable entries from ``start`` on, within one ledger."""
-        pos = self.first_readable(start)
-        if pos is None:
-            return []
-        lid, first = pos
-        last = min(self._infos[lid].entries - 1, first + max_entries - 1)
-        out: list[tuple[Position, bytes]] = []
-        eid = first
-        # Serve the cached prefix first; fall back to the bookies for the rest.
-        while eid <= last:
-            data = self._cache.get(Position(lid, eid))
-            if data is None:
-                break
-            out.append((Position(lid, eid), data))
-            eid += 1
-        if eid <= last:
+        out, lid, eid, last = self._read_cached_prefix(start, max_entries)
+        if eid <= last:  # the rest from the bookies
             datas = await self._read_from_bookies(lid, eid, last)
             out.extend((Position(lid, eid + i), d) for i, d in enumerate(datas))
         return out
+
+    def read_cached(self, start: Position, max_entries: int) -> list[tuple[Position, bytes]] | None:
+        """``read_entries``' answer if the cache holds all of it, else None: no coroutine, so that a
+        dispatcher reading the tail can deliver an entry in the callback that made it durable."""
+        out, _, eid, last = self._read_cached_prefix(start, max_entries)
+        return out if eid > last else None
+
+    def _read_cached_prefix(
+        self, start: Position, max_entries: int
+    ) -> tuple[list[tuple[Position, bytes]], int, int, int]:
+        """The cached entries ``read_entries`` would return first, and the ledger and entry range
+        (``lid``, from ``eid`` to ``last``) left to read from the bookies (empty when ``eid > last``)."""
+        pos = self.first_readable(start)
+        if pos is None:
+            return [], 0, 0, -1
+        lid, first = pos
+        last = min(self._infos[lid].entries - 1, first + max_entries - 1)
+        out: list[tuple[Position, bytes]] = []
+        cache = self._cache
+        eid = first
+        while eid <= last:
+            key = Position(lid, eid)
+            data = cache.get(key)
+            if data is None:
+                break
+            out.append((key, data))
+            eid += 1
+        return out, lid, eid, last
 
     def first_readable(self, pos: Position) -> Position | None:
         """``pos`` if an entry is stored there, else the next stored entry after it, else None."""

@@ -1,0 +1,129 @@
+"""A consumer at the tail gets a new entry in the callback that made it durable (Subscription.on_added).
+
+Real managed ledger and bookie storage (conftest.py); the client connection is ``FakeSink``. A
+second managed-ledger listener, registered after the subscription's, looks at the sink when the
+subscription's listener has returned: without the direct dispatch the entry is only handed to a
+dispatch task there, and the sink is still empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from tests.broker.conftest import CONFIG, FakeSink, consumer, publish, subscription
+
+from magnetar.bookie.local_client import LocalBookieClient
+from magnetar.bookie.resolver import StaticBookieResolver
+from magnetar.bookie.storage import BookieStorage
+from magnetar.ledger.manager import LedgerManager
+from magnetar.managed_ledger import ManagedLedger, Position
+from magnetar.metadata.lmdb_store import LmdbMetadataStore
+from magnetar.protocol import commands as c
+from magnetar.protocol.batch import encode_batch, make_record
+from magnetar.protocol.entry import encode_entry
+
+
+def entry(payload: bytes) -> bytes:
+    meta, body = encode_batch([make_record(payload, None, None, 0, 0)], producer_name="p", first_sequence_id=0)
+    return encode_entry(meta, body)
+
+
+def seen_by_a_later_listener(ml: ManagedLedger, sink: FakeSink) -> list[int]:
+    """How many messages the sink held each time an entry's listeners had run up to this one."""
+    seen: list[int] = []
+    ml.add_listener(lambda: seen.append(len(sink.messages)))
+    return seen
+
+
+@pytest.mark.parametrize("sub_type", [c.SUB_EXCLUSIVE, c.SUB_SHARED, c.SUB_FAILOVER, c.SUB_KEY_SHARED])
+async def test_a_tail_consumer_gets_the_entry_within_its_add_callback(ml: ManagedLedger, sub_type: str) -> None:
+    sink = FakeSink()
+    sub = await subscription(ml, sub_type)
+    sub.add_consumer(consumer(sink, 1, permits=10), sub_type)
+    seen = seen_by_a_later_listener(ml, sink)
+    first = await publish(ml, b"a")
+    second = await publish(ml, b"b")
+    assert seen == [1, 2]  # delivered before the next listener ran: no task, no loop turn
+    assert [m.pos for m in sink.messages] == [first, second]
+    assert sub._task is None  # the dispatch round was never needed
+    assert sub.cursor.read_position == ml.next_position(second)
+    sub.close()
+
+
+async def test_the_producers_receipt_comes_before_the_delivery(ml: ManagedLedger) -> None:
+    sink = FakeSink()
+    sub = await subscription(ml, c.SUB_SHARED)
+    sub.add_consumer(consumer(sink, 1, permits=10), c.SUB_SHARED)
+    at_receipt: list[int] = []
+    done = asyncio.get_running_loop().create_future()
+
+    def receipt(pos: Position | None, exc: BaseException | None) -> None:
+        at_receipt.append(len(sink.messages))
+        done.set_result(pos)
+
+    ml.add_entry_with(entry(b"x"), receipt)
+    pos = await done
+    assert at_receipt == [0]  # the receipt ran first...
+    assert [m.pos for m in sink.messages] == [pos]  # ...and the delivery in the same callback
+    sub.close()
+
+
+async def test_a_consumer_without_permits_gets_the_entry_once_it_has_some(ml: ManagedLedger) -> None:
+    sink = FakeSink()
+    sub = await subscription(ml, c.SUB_SHARED)
+    cons = consumer(sink, 1, permits=0)
+    sub.add_consumer(cons, c.SUB_SHARED)
+    seen = seen_by_a_later_listener(ml, sink)
+    pos = await publish(ml, b"a")
+    assert seen == [0] and not sink.messages
+    sub.flow(cons, 5)
+    await sink.wait_until(lambda: len(sink.messages) == 1)
+    assert sink.messages[0].pos == pos
+    sub.close()
+
+
+async def test_pending_replays_go_first_through_the_dispatch_round(ml: ManagedLedger) -> None:
+    """A negative ack puts an entry up for redelivery: the next new entry must not overtake it
+    through the direct path, the round serves the replay first."""
+    sink = FakeSink()
+    sub = await subscription(ml, c.SUB_SHARED)
+    cons = consumer(sink, 1, permits=10)
+    sub.add_consumer(cons, c.SUB_SHARED)
+    first = await publish(ml, b"a")
+    await sink.wait_until(lambda: len(sink.messages) == 1)
+    sub.negative_ack(cons, [first])
+    second = await publish(ml, b"b")
+    await sink.wait_until(lambda: len(sink.messages) == 3)
+    assert [m.pos for m in sink.messages] == [first, first, second]
+    sub.close()
+
+
+@pytest.fixture
+async def uncached_ml(tmp_path: Path) -> AsyncIterator[ManagedLedger]:
+    """A managed ledger with no entry cache: every read goes to the bookie."""
+    store = await LmdbMetadataStore.open(tmp_path / "meta")
+    storage = BookieStorage(tmp_path / "bookie")
+    ledgers = LedgerManager(store, StaticBookieResolver({"b1": LocalBookieClient(storage, "b1")}))
+    config = type(CONFIG)(cursor_flush_delay=CONFIG.cursor_flush_delay, cache_bytes=0)
+    ml = await ManagedLedger.open(f"public/default/t-{uuid.uuid4().hex[:8]}", store, ledgers, config)
+    yield ml
+    await ml.close()
+    await storage.close()
+    await store.close()
+
+
+async def test_an_entry_not_in_the_cache_is_read_from_the_bookie_by_the_round(uncached_ml: ManagedLedger) -> None:
+    ml = uncached_ml
+    sink = FakeSink()
+    sub = await subscription(ml, c.SUB_SHARED)
+    sub.add_consumer(consumer(sink, 1, permits=10), c.SUB_SHARED)
+    seen = seen_by_a_later_listener(ml, sink)
+    pos = await publish(ml, b"a")
+    assert seen == [0]  # nothing cached: the direct path stood aside...
+    await sink.wait_until(lambda: len(sink.messages) == 1)  # ...and the round read it from the bookie
+    assert sink.messages[0].pos == pos and ml.read_cached(pos, 1) is None
+    sub.close()
