@@ -7,8 +7,9 @@ A callback known to write to many connections, or many times to one, opens ``flu
 connections written to inside it hand their flush to the scope (``defer``), and the scope runs
 them, once each and in order, as it closes. The writes are still coalesced (one flush per
 connection per scope) and still in order, only sooner. Used where one callback answers a batch:
-the bookie storage resolving a group commit (every add's receipt, and the dispatches its delivery
-wakes), and the blocking client handing over the messages queued by the caller's thread.
+the bookie storage resolving a group commit (every add's receipt, then the delivery of the new
+entries to the consumers at the tail, deferred behind the receipts' flushes), and the blocking
+client handing over the messages queued by the caller's thread.
 
 Per thread: the blocking client's loop thread and a broker's loop may share a process (tests do),
 and a flush must run on the thread of its loop. A top-level module, like ``event_loop``: every
@@ -39,17 +40,28 @@ def flushed_at_end() -> Iterator[None]:
     try:
         yield
     finally:
-        _local.flushes = None
-        for flush in flushes:
-            try:
-                flush()
-            except Exception:
-                log.exception("deferred flush failed")
+        # The scope stays open while it runs them: a deferred call that writes (a dispatch, see
+        # ``defer``) hands its connection's flush to the same run, after the ones before it.
+        try:
+            i = 0
+            while i < len(flushes):
+                flush = flushes[i]
+                i += 1
+                try:
+                    flush()
+                except Exception:
+                    log.exception("deferred flush failed")
+        finally:
+            _local.flushes = None
 
 
 def defer(flush: Callable[[], None]) -> bool:
     """Hand ``flush`` to the open scope of this thread; False when there is none (the caller then
-    schedules it itself). The caller must register each pending flush once."""
+    schedules it itself). The caller must register each pending flush once.
+
+    Not only flushes: work that writes may be deferred too, to run after the flushes handed over
+    before it (the broker delivers a new entry to its consumers after the producer's receipt has
+    gone out), its own flushes joining the same run."""
     flushes: list[Callable[[], None]] | None = getattr(_local, "flushes", None)
     if flushes is None:
         return False

@@ -1,9 +1,9 @@
 """A consumer at the tail gets a new entry in the callback that made it durable (Subscription.on_added).
 
-Real managed ledger and bookie storage (conftest.py); the client connection is ``FakeSink``. A
-second managed-ledger listener, registered after the subscription's, looks at the sink when the
-subscription's listener has returned: without the direct dispatch the entry is only handed to a
-dispatch task there, and the sink is still empty.
+Real managed ledger and bookie storage (conftest.py); the client connection is ``FakeSink``. The
+bookie's answer runs in a ``write_batch`` scope; the direct dispatch runs as that scope closes,
+after the receipts' flushes. ``ScopeSink`` records whether each delivery happened inside such a
+scope (the dispatch task of the usual round runs in a later loop turn, outside any).
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.broker.conftest import CONFIG, FakeSink, consumer, publish, subscription
 
+from magnetar import write_batch
 from magnetar.bookie.local_client import LocalBookieClient
 from magnetar.bookie.resolver import StaticBookieResolver
 from magnetar.bookie.storage import BookieStorage
@@ -32,6 +34,18 @@ def entry(payload: bytes) -> bytes:
     return encode_entry(meta, body)
 
 
+class ScopeSink(FakeSink):
+    """A sink that notes, per delivery, whether it came inside a ``write_batch`` scope."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_scope: list[bool] = []
+
+    def send_message(self, *args: Any, **kwargs: Any) -> None:
+        self.in_scope.append(getattr(write_batch._local, "flushes", None) is not None)
+        super().send_message(*args, **kwargs)
+
+
 def seen_by_a_later_listener(ml: ManagedLedger, sink: FakeSink) -> list[int]:
     """How many messages the sink held each time an entry's listeners had run up to this one."""
     seen: list[int] = []
@@ -41,17 +55,44 @@ def seen_by_a_later_listener(ml: ManagedLedger, sink: FakeSink) -> list[int]:
 
 @pytest.mark.parametrize("sub_type", [c.SUB_EXCLUSIVE, c.SUB_SHARED, c.SUB_FAILOVER, c.SUB_KEY_SHARED])
 async def test_a_tail_consumer_gets_the_entry_within_its_add_callback(ml: ManagedLedger, sub_type: str) -> None:
-    sink = FakeSink()
+    sink = ScopeSink()
     sub = await subscription(ml, sub_type)
     sub.add_consumer(consumer(sink, 1, permits=10), sub_type)
-    seen = seen_by_a_later_listener(ml, sink)
     first = await publish(ml, b"a")
     second = await publish(ml, b"b")
-    assert seen == [1, 2]  # delivered before the next listener ran: no task, no loop turn
     assert [m.pos for m in sink.messages] == [first, second]
+    assert sink.in_scope == [True, True]  # in the bookie's answer, not a later loop turn
     assert sub._task is None  # the dispatch round was never needed
     assert sub.cursor.read_position == ml.next_position(second)
     sub.close()
+
+
+async def test_entries_of_one_group_commit_go_out_in_one_dispatch(ml: ManagedLedger) -> None:
+    sink = ScopeSink()
+    sub = await subscription(ml, c.SUB_SHARED)
+    sub.add_consumer(consumer(sink, 1, permits=100), c.SUB_SHARED)
+    rounds: list[int] = []
+    direct = sub._dispatch_from_cache
+
+    def counted() -> bool:
+        rounds.append(len(sink.messages))
+        return direct()
+
+    sub._dispatch_from_cache = counted  # type: ignore[method-assign]
+    positions = await asyncio.gather(*(publish(ml, b"m%d" % i) for i in range(20)))
+    assert sorted(m.pos for m in sink.messages) == sorted(positions) and all(sink.in_scope)
+    # Fewer dispatches than entries: each ran for every entry its group commit made durable.
+    assert len(rounds) < 20, rounds
+    sub.close()
+
+
+async def test_a_subscription_closed_before_the_scope_ends_delivers_nothing(ml: ManagedLedger) -> None:
+    sink = FakeSink()
+    sub = await subscription(ml, c.SUB_SHARED)
+    sub.add_consumer(consumer(sink, 1, permits=10), c.SUB_SHARED)
+    ml.add_listener(sub.close)  # runs after the subscription's own listener, before the scope ends
+    await publish(ml, b"a")
+    assert sink.messages == [] and sub._task is None
 
 
 async def test_the_producers_receipt_comes_before_the_delivery(ml: ManagedLedger) -> None:
@@ -68,7 +109,7 @@ async def test_the_producers_receipt_comes_before_the_delivery(ml: ManagedLedger
     ml.add_entry_with(entry(b"x"), receipt)
     pos = await done
     assert at_receipt == [0]  # the receipt ran first...
-    assert [m.pos for m in sink.messages] == [pos]  # ...and the delivery in the same callback
+    assert [m.pos for m in sink.messages] == [pos]  # ...and the delivery still in the same callback
     sub.close()
 
 

@@ -40,3 +40,19 @@ def test_a_scope_belongs_to_its_thread() -> None:
         other.start()
         other.join()
     assert seen == [False]
+
+
+def test_work_deferred_in_a_scope_may_defer_flushes_of_its_own_to_the_same_run() -> None:
+    """The broker defers a dispatch behind the receipts' flushes; the dispatch's own write hands
+    its flush to the run under way, which runs it last, still before the scope returns."""
+    ran: list[str] = []
+
+    def dispatch() -> None:
+        ran.append("dispatch")
+        assert write_batch.defer(lambda: ran.append("consumer flush"))
+
+    with write_batch.flushed_at_end():
+        write_batch.defer(lambda: ran.append("receipt flush"))
+        write_batch.defer(dispatch)
+    assert ran == ["receipt flush", "dispatch", "consumer flush"]
+    assert not write_batch.defer(lambda: None)  # closed once the run is over

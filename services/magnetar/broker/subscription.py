@@ -38,6 +38,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
+from magnetar import write_batch
 from magnetar.broker.consumer import ServerConsumer, UnackedCount
 from magnetar.broker.delayed_delivery import DelayedDeliveryTracker, now_ms
 from magnetar.broker.dispatchers import Dispatcher, check_joinable, dispatcher_for
@@ -113,6 +114,8 @@ class Subscription:
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._unlisten = ml.add_listener(self.on_added)
+        self._dispatch_deferred = False  # on_added handed the dispatch to the write_batch scope
+        self._closed = False
         self.msg_out = 0
         self.bytes_out = 0
         # Dispatch rate limits: the topic attaches its limits (rate_limit.TopicRateLimits.attach).
@@ -516,11 +519,26 @@ class Subscription:
         """The managed ledger's listener: an entry became durable.
 
         A consumer reading the tail gets it in this very callback, from the ledger's cache, rather
-        than from a dispatch task one loop turn later (and its flush one more turn after that):
-        inside the bookie's answer the write joins the callback's ``write_batch`` scope and goes
-        out with the producer's receipt. Anything else (replays pending, a dispatch running, a
-        delayed or compacted view, a read that needs the bookies) takes the usual round.
+        than from a dispatch task one loop turn later (and its flush one more turn after that).
+        Inside the bookie's answer the dispatch is deferred to the end of the callback's
+        ``write_batch`` scope: it runs right after the producers' receipts are flushed, once for
+        all the entries of the group commit. Anything else (replays pending, a dispatch running,
+        a delayed or compacted view, a read that needs the bookies) takes the usual round.
         """
+        if self._dispatch_deferred:
+            return
+        if write_batch.defer(self._dispatch_added):
+            # In the bookie's answer: deliver once the receipts written so far have gone out (the
+            # producer's acknowledgement does not wait for the dispatch), and once for all of the
+            # entries that one group commit made durable.
+            self._dispatch_deferred = True
+            return
+        self._dispatch_added()
+
+    def _dispatch_added(self) -> None:
+        self._dispatch_deferred = False
+        if self._closed:  # closed between the add and the end of its callback
+            return
         if not self._dispatch_from_cache():
             self.schedule()
 
@@ -746,6 +764,7 @@ class Subscription:
         return out
 
     def close(self) -> None:
+        self._closed = True
         self._unlisten()
         self.dispatch_gate.close()
         if self._task is not None:
