@@ -1,7 +1,8 @@
 """How a blocking call of the synchronous client waits for the loop thread, and how it stops waiting.
 
-Every blocking call (``send``, ``receive``, ``create_producer``...) hands work to the client's loop
-thread and waits for its outcome. Two things must end that wait besides the outcome:
+Every blocking call (``send``, ``create_producer``...) hands work to the client's loop thread and
+waits for its outcome (``receive`` and ``read_next`` wait for a delivery instead, in
+``blocked_receivers.py``, with the same rules). Two things must end that wait besides the outcome:
 
 - a signal: pulsar-client checks for signals every 100 ms while it waits and raises ``Interrupted``
   when a handler raised (Ctrl-C), so ``receive()`` in a script stops within a fraction of a second.
