@@ -49,6 +49,15 @@ def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     return t, out
 
 
+def outcomes(threads: list[tuple[threading.Thread, list[Any]]]) -> list[Any]:
+    """Every thread's outcome, each thread given up to DEADLINE to finish."""
+    got: list[Any] = []
+    for t, out in threads:
+        t.join(DEADLINE)
+        got.extend(out)
+    return got
+
+
 def test_a_queued_item_is_taken_without_waiting() -> None:
     blocked = BlockedReceivers()
     assert blocked.take(deque([1, 2]), no_error, 0, lambda: True) == 1
@@ -115,16 +124,13 @@ def test_two_messages_delivered_at_once_reach_two_sleepers() -> None:
     wait_for("two sleepers", lambda: len(blocked._locks) == 2)
     queue.extend([1, 2])
     blocked.wake(1)  # one wake-up for two messages: the first receiver passes one on
-    got = []
-    for t, out in threads:
-        t.join(DEADLINE)
-        got.extend(out)
+    got = outcomes(threads)
     assert sorted(got) == [1, 2]
 
 
 def test_a_wake_up_taken_by_a_leaving_receiver_is_passed_on() -> None:
-    """The loop pops a sleeper whose wait just ended (here: it is woken, then finds the message
-    gone to a faster thread); the message that comes next still reaches the other sleeper."""
+    """A sleeper woken with nothing to take (as when a faster thread took the message first) goes
+    back to sleep; the messages that come next still reach both sleepers."""
     blocked = BlockedReceivers()
     queue: deque[int] = deque()
     threads = [in_thread(lambda: blocked.take(queue, no_error, None, lambda: True, NO_POLL)) for _ in range(2)]
@@ -133,10 +139,7 @@ def test_a_wake_up_taken_by_a_leaving_receiver_is_passed_on() -> None:
     wait_for("both asleep again", lambda: len(blocked._locks) == 2)
     queue.extend([1, 2])
     blocked.wake(2)
-    got = []
-    for t, out in threads:
-        t.join(DEADLINE)
-        got.extend(out)
+    got = outcomes(threads)
     assert sorted(got) == [1, 2]
 
 
@@ -191,10 +194,7 @@ def test_blocked_receivers_of_one_consumer_each_get_a_message(client: pulsar.Cli
     producer = client.create_producer(topic)
     for i in range(3):
         producer.send(b"m%d" % i)
-    got = []
-    for t, out in threads:
-        t.join(DEADLINE)
-        got.extend(out)
+    got = outcomes(threads)
     assert sorted(got) == [b"m0", b"m1", b"m2"]
 
 
