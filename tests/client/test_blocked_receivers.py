@@ -216,3 +216,47 @@ def test_a_blocking_reader_wakes_for_a_message(client: pulsar.Client, topic: str
     assert out == [b"x"]
     with pytest.raises(pulsar.Timeout):
         reader.read_next(50)
+
+
+@pytest.mark.parametrize("on_call", [1, 2], ids=["before-registering", "while-registered"])
+def test_a_signal_at_any_point_raises_interrupted_and_leaves_nothing_registered(on_call: int) -> None:
+    """``error()`` is asked once before the receiver registers and once after: a KeyboardInterrupt
+    (what a Ctrl-C raises from a handler) on either call becomes ``Interrupted``, and the list of
+    sleepers is left as it was, so that no later delivery wakes a receiver that has gone."""
+    blocked = BlockedReceivers()
+    calls = 0
+
+    def interrupted_on_call() -> MagnetarError | None:
+        nonlocal calls
+        calls += 1
+        if calls == on_call:
+            raise KeyboardInterrupt
+        return None
+
+    with pytest.raises(pulsar.Interrupted):
+        blocked.take(deque(), interrupted_on_call, None, lambda: True, NO_POLL)
+    assert calls == on_call and not blocked
+
+
+def test_an_interrupted_receiver_hands_its_wake_up_on() -> None:
+    """The delivery's wake-up goes to the oldest sleeper; if a signal takes that one away before it
+    takes the message, the next sleeper must get the message (else it sleeps on, message queued)."""
+    blocked = BlockedReceivers()
+    queue: deque[int] = deque()
+    others: list[tuple[threading.Thread, list[Any]]] = []
+    calls = 0
+
+    def deliver_then_interrupt() -> MagnetarError | None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # registered: a second receiver sleeps behind it, one message comes
+            others.append(in_thread(lambda: blocked.take(queue, no_error, None, lambda: True, NO_POLL)))
+            wait_for("the second receiver asleep", lambda: len(blocked._locks) == 2)
+            queue.append(1)
+            blocked.wake(1)  # the oldest: this receiver
+            raise KeyboardInterrupt
+        return None
+
+    with pytest.raises(pulsar.Interrupted):
+        blocked.take(queue, deliver_then_interrupt, None, lambda: True, NO_POLL)
+    assert outcomes(others) == [1]

@@ -77,6 +77,7 @@ class BlockedReceivers:
         deadline = None if limit is None else time.monotonic() + limit
         lock = threading.Lock()
         lock.acquire()
+        registered = False  # whether ``lock`` is on the list (a signal may come at any point)
         try:
             while True:
                 try:
@@ -97,19 +98,25 @@ class BlockedReceivers:
                         raise Timeout(f"no message received within {limit}s")
                     wait = min(wait, remaining)
                 self._locks.append(lock)
+                registered = True
                 if queue or error() is not None:  # it came between the look above and registering
                     self._leave(lock)
+                    registered = False
                     continue
-                if not lock.acquire(timeout=wait):
-                    self._leave(lock)
-                    if not alive():
-                        raise AlreadyClosed("the client was closed while waiting")
-        except KeyboardInterrupt:
-            self._leave(lock)
-            raise Interrupted("interrupted by a signal while waiting") from None
-        except BaseException:
+                if lock.acquire(timeout=wait):
+                    registered = False  # woken: ``wake`` took it off the list
+                    continue
+                self._leave(lock)
+                registered = False
+                if not alive():
+                    raise AlreadyClosed("the client was closed while waiting")
+        except BaseException as exc:
+            if registered:
+                self._leave(lock)
             if queue and self._locks:  # a receiver leaving without its message hands the wake-up on
                 self.wake()
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted("interrupted by a signal while waiting") from None
             raise
 
     def _leave(self, lock: threading.Lock) -> None:
