@@ -7,6 +7,10 @@ delivered but unacknowledged stay attached to their consumer; when it disconnect
 acknowledges them they go back to the *replay set* (``redeliver``) with their redelivery count up.
 Replayed entries are dispatched before new ones, in position order.
 
+Dispatch runs in a task (``_dispatch_loop``), which can await reads from the bookies, except for
+the common case of a consumer at the tail: a new entry is delivered from the managed ledger's cache
+in the callback that made it durable (``on_added``), after the producers' receipts.
+
 The subscription types differ in who gets an entry (``dispatchers``) and in three rules kept here:
 
 * Failover: when the active consumer changes, the entries the previous one still had unacked go
