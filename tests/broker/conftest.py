@@ -5,6 +5,7 @@ managed ledger) under a real ``Subscription``; only the client connection is rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -97,16 +98,23 @@ async def eventually(predicate: Callable[[], bool], within: float = 5.0) -> None
         await asyncio.sleep(0.001)
 
 
-@pytest.fixture
-async def ml(tmp_path: Path) -> AsyncIterator[ManagedLedger]:
+@contextlib.asynccontextmanager
+async def open_ml(tmp_path: Path, config: ManagedLedgerConfig = CONFIG) -> AsyncIterator[ManagedLedger]:
+    """A managed ledger on its own metadata store and one in-process bookie, closed afterwards."""
     store = await LmdbMetadataStore.open(tmp_path / "meta")
     storage = BookieStorage(tmp_path / "bookie")
     ledgers = LedgerManager(store, StaticBookieResolver({"b1": LocalBookieClient(storage, "b1")}))
-    ml = await ManagedLedger.open(f"public/default/t-{uuid.uuid4().hex[:8]}", store, ledgers, CONFIG)
+    ml = await ManagedLedger.open(f"public/default/t-{uuid.uuid4().hex[:8]}", store, ledgers, config)
     yield ml
     await ml.close()
     await storage.close()
     await store.close()
+
+
+@pytest.fixture
+async def ml(tmp_path: Path) -> AsyncIterator[ManagedLedger]:
+    async with open_ml(tmp_path) as opened:
+        yield opened
 
 
 async def publish(

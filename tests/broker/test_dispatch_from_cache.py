@@ -9,21 +9,16 @@ scope (the dispatch task of the usual round runs in a later loop turn, outside a
 from __future__ import annotations
 
 import asyncio
-import uuid
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.broker.conftest import CONFIG, FakeSink, consumer, publish, subscription
+from tests.broker.conftest import CONFIG, FakeSink, consumer, open_ml, publish, subscription
 
 from magnetar import write_batch
-from magnetar.bookie.local_client import LocalBookieClient
-from magnetar.bookie.resolver import StaticBookieResolver
-from magnetar.bookie.storage import BookieStorage
-from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedger, Position
-from magnetar.metadata.lmdb_store import LmdbMetadataStore
 from magnetar.protocol import commands as c
 from magnetar.protocol.batch import encode_batch, make_record
 from magnetar.protocol.entry import encode_entry
@@ -146,15 +141,8 @@ async def test_pending_replays_go_first_through_the_dispatch_round(ml: ManagedLe
 @pytest.fixture
 async def uncached_ml(tmp_path: Path) -> AsyncIterator[ManagedLedger]:
     """A managed ledger with no entry cache: every read goes to the bookie."""
-    store = await LmdbMetadataStore.open(tmp_path / "meta")
-    storage = BookieStorage(tmp_path / "bookie")
-    ledgers = LedgerManager(store, StaticBookieResolver({"b1": LocalBookieClient(storage, "b1")}))
-    config = type(CONFIG)(cursor_flush_delay=CONFIG.cursor_flush_delay, cache_bytes=0)
-    ml = await ManagedLedger.open(f"public/default/t-{uuid.uuid4().hex[:8]}", store, ledgers, config)
-    yield ml
-    await ml.close()
-    await storage.close()
-    await store.close()
+    async with open_ml(tmp_path, dataclasses.replace(CONFIG, cache_bytes=0)) as ml:
+        yield ml
 
 
 async def test_an_entry_not_in_the_cache_is_read_from_the_bookie_by_the_round(uncached_ml: ManagedLedger) -> None:

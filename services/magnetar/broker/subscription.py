@@ -560,22 +560,28 @@ class Subscription:
             or not self.cursor.has_more()
         ):
             return False
-        wanted = max(1, min(READ_BATCH, self.dispatcher.total_permits()))
-        start = self.cursor.read_position
-        entries = self.ml.read_cached(start, wanted)
-        if not entries:
-            return False
-        budget = self.dispatch_gate.allow(wanted, self.schedule)
+        budget = self._read_budget()
         if budget <= 0:
             return True  # over a dispatch rate: the gate calls schedule() when it allows again
-        del entries[budget:]
-        after = self.ml.next_position(entries[-1][0])
-        if after > self.cursor.read_position:
-            self.cursor.read_position = after
-        self._dispatch_entries(entries, replay=False)
+        entries = self.ml.read_cached(self.cursor.read_position, budget)
+        if not entries:
+            return False
+        self._dispatch_new(entries, self.ml.next_position(entries[-1][0]))
         if self._has_more():  # more than one read's worth: the round carries on
             self.schedule()
         return True
+
+    def _read_budget(self) -> int:
+        """How many entries one dispatch may read: the permits, up to ``READ_BATCH``, within the
+        dispatch rate (0: over it; the gate then calls ``schedule()`` when it allows again)."""
+        return self.dispatch_gate.allow(max(1, min(READ_BATCH, self.dispatcher.total_permits())), self.schedule)
+
+    def _dispatch_new(self, entries: list[tuple[Position, bytes]], after: Position) -> None:
+        """Move the read position past new entries read at it (``after``), and dispatch them."""
+        if after > self.cursor.read_position:
+            self.cursor.read_position = after
+        if entries:
+            self._dispatch_entries(entries, replay=False)
 
     async def _dispatch_loop(self) -> None:
         try:
@@ -604,7 +610,7 @@ class Subscription:
             return False
         epoch = self._epoch
         self._release_delayed()
-        budget = self.dispatch_gate.allow(max(1, min(READ_BATCH, self.dispatcher.total_permits())), self.schedule)
+        budget = self._read_budget()
         if budget <= 0:
             return False  # over a dispatch rate: the gate calls schedule() when it allows again
         taken = self._take_ready(budget)
@@ -637,12 +643,8 @@ class Subscription:
             after = self.ml.next_position(entries[-1][0]) if entries else start
         if epoch != self._epoch:
             return True
-        if after > self.cursor.read_position:
-            self.cursor.read_position = after
-        if not entries:
-            return after > start
-        self._dispatch_entries(entries, replay=False)
-        return True
+        self._dispatch_new(entries, after)
+        return bool(entries) or after > start
 
     def _has_more(self) -> bool:
         compacted = self.compacted

@@ -74,7 +74,7 @@ class BlockedReceivers:
         rather than as a 100 ms delay).
         """
         limit = None if timeout_millis is None else timeout_millis / 1000.0
-        deadline = None if limit is None else time.monotonic() + limit
+        started = time.monotonic()
         lock = threading.Lock()
         lock.acquire()
         registered = False  # whether ``lock`` is on the list (a signal may come at any point)
@@ -92,8 +92,8 @@ class BlockedReceivers:
                 if exc is not None:
                     raise exc
                 wait = poll_seconds
-                if deadline is not None and limit is not None:
-                    remaining = deadline - time.monotonic()
+                if limit is not None:
+                    remaining = started + limit - time.monotonic()
                     if remaining <= 0:
                         raise Timeout(f"no message received within {limit}s")
                     wait = min(wait, remaining)

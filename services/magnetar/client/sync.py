@@ -95,22 +95,25 @@ class _LoopThread:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _may_block(self) -> None:
+        """Raise unless this thread may wait for the loop: not from the loop (a callback), not once closed."""
         if self.in_loop_thread():
-            coro.close()
             raise RuntimeError("blocking client calls cannot be made from a client callback")
         if self.closed:
-            coro.close()
             raise AlreadyClosed("client is closed")
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            self._may_block()
+        except BaseException:
+            coro.close()
+            raise
         return wait_future(asyncio.run_coroutine_threadsafe(coro, self.loop), self.alive)
 
     def take(self, consumer: aio.Consumer, timeout_millis: int | None) -> Message:
         """The next message of ``consumer``'s queue, waiting on the loop thread's delivery
         (blocked_receivers.py): the blocking ``receive`` once nothing is queued."""
-        if self.in_loop_thread():
-            raise RuntimeError("blocking client calls cannot be made from a client callback")
-        if self.closed:
-            raise AlreadyClosed("client is closed")
+        self._may_block()
         return consumer._blocked.take(consumer._queue, lambda: consumer._error, timeout_millis, self.alive)
 
     def stop(self) -> None:
