@@ -1,7 +1,7 @@
 """A Tenant's namespace isolation policy: what makes its isolated broker set the only one serving it.
 
 The brokers enforce isolation from the cluster's namespace isolation policies (the broker's
-``broker/isolation.py``), not from pod labels, so it also holds for brokers the operator does not
+``broker/cluster/isolation.py``), not from pod labels, so it also holds for brokers the operator does not
 run. For a Tenant with ``spec.isolation.enabled`` the operator writes the policy
 ``tenant-<tenant>``:
 

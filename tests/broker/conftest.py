@@ -17,8 +17,8 @@ import pytest
 from magnetar.bookie.local_client import LocalBookieClient
 from magnetar.bookie.resolver import StaticBookieResolver
 from magnetar.bookie.storage import BookieStorage
-from magnetar.broker.consumer import ServerConsumer
-from magnetar.broker.subscription import Subscription
+from magnetar.broker.subscriptions.consumer import ServerConsumer
+from magnetar.broker.subscriptions.subscription import Subscription
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, Position
 from magnetar.metadata.lmdb_store import LmdbMetadataStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from magnetar.broker.delayed_delivery import DelayedDeliveryTracker, now_ms
+from magnetar.broker.subscriptions.delayed_delivery import DelayedDeliveryTracker, now_ms
 from magnetar.managed_ledger import Position
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from tests.broker.conftest import FakeSink, consumer
 
-from magnetar.broker.dispatchers.key_selectors import AutoSplitSelector, StickySelector
-from magnetar.broker.dispatchers.key_shared import KeySharedDispatcher
-from magnetar.broker.key_hash import key_hash, murmur3_32
+from magnetar.broker.subscriptions.dispatchers.key_hash import key_hash, murmur3_32
+from magnetar.broker.subscriptions.dispatchers.key_selectors import AutoSplitSelector, StickySelector
+from magnetar.broker.subscriptions.dispatchers.key_shared import KeySharedDispatcher
 from magnetar.protocol import commands as c
 from magnetar.protocol.errors import ConsumerBusy, InvalidCommand
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from tests.broker.conftest import FakeSink, consumer, dispatch_idle, publish, subscription
 
-from magnetar.broker.consumer import ServerConsumer
-from magnetar.broker.key_hash import key_hash
-from magnetar.broker.subscription import Subscription
+from magnetar.broker.subscriptions.consumer import ServerConsumer
+from magnetar.broker.subscriptions.dispatchers.key_hash import key_hash
+from magnetar.broker.subscriptions.subscription import Subscription
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol import commands as c
 from magnetar.protocol.entry import EntryMeta

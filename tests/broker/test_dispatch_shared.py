@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tests.broker.conftest import FakeSink, consumer, eventually, publish, subscription
 
-from magnetar.broker.delayed_delivery import now_ms
+from magnetar.broker.subscriptions.delayed_delivery import now_ms
 from magnetar.managed_ledger import ManagedLedger
 from magnetar.protocol import commands as c
 from magnetar.protocol.errors import InvalidCommand

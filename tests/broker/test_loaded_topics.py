@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import pytest
 
-from magnetar.broker.loaded_topics import LoadedTopics
+from magnetar.broker.topics.loaded import LoadedTopics
 
 
 def _topic(label: str) -> Any:

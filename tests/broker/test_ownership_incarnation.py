@@ -13,7 +13,7 @@ import uuid
 
 from tests.support.etcd import EtcdProcess
 
-from magnetar.broker.ownership import BrokerInfo, Ownership
+from magnetar.broker.cluster.ownership import BrokerInfo, Ownership
 from magnetar.metadata.etcd_store import EtcdMetadataStore
 from magnetar.protocol.topic_name import TopicName
 

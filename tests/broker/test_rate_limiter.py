@@ -1,4 +1,4 @@
-"""The rate limiters of broker/rate_limit.py, driven by a fake clock (and, for the connection
+"""The rate limiters of broker/policies/rate_limit.py, driven by a fake clock (and, for the connection
 throttle, a real socket pair): the arithmetic the broker's publish and dispatch limits rest on."""
 
 from __future__ import annotations
@@ -10,16 +10,15 @@ from typing import Any
 
 import pytest
 
-from magnetar.broker import rate_limit
-from magnetar.broker.policies import FIELDS, POLICY_ENDPOINTS, PolicyError, normalize, unenforced
-from magnetar.broker.rate_limit import (
+from magnetar.broker.policies.model import FIELDS, POLICY_ENDPOINTS, PolicyError, normalize, rate_limit, unenforced
+from magnetar.broker.policies.rate_limit import (
     DispatchGate,
     DispatchLimiter,
     PublishLimiter,
     ReadThrottle,
     TokenBucket,
 )
-from magnetar.broker.rate_policy import normalize_rate
+from magnetar.broker.policies.rates import normalize_rate
 
 
 class FakeClock:

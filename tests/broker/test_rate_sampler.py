@@ -1,4 +1,4 @@
-"""The broker samples the rates of the topics with traffic only (broker/rate_sampler.py).
+"""The broker samples the rates of the topics with traffic only (broker/topics/rate_sampler.py).
 
 A real ``PersistentTopic`` on a real managed ledger (tests/broker/conftest.py): a subscription
 brings it into the sampled set, it stays while a consumer is connected or a rate is not 0, and it
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from tests.broker.conftest import FakeSink, consumer
 
-from magnetar.broker.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.producer import ServerProducer
-from magnetar.broker.rate_sampler import RateSampler
-from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topics.non_persistent import NonPersistentTopic
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.producer import ServerProducer
+from magnetar.broker.topics.rate_sampler import RateSampler
 from magnetar.managed_ledger import ManagedLedger
 from magnetar.protocol import commands as c
 

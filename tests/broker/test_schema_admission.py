@@ -19,7 +19,7 @@ import pytest
 from tests.protocol.wire import Wire, admin, batch, session
 from tests.support.standalone import StandaloneProcess, admin_call
 
-from magnetar.broker.schema_registry import SchemaRegistry
+from magnetar.broker.schema.registry import SchemaRegistry
 from magnetar.metadata.lmdb_store import LmdbMetadataStore
 from magnetar.protocol import commands as c
 from magnetar.protocol.topic_name import TopicName

@@ -1,4 +1,4 @@
-"""Topic loads per tenant and per broker (broker/topic_loads.py): a tenant loading many topics
+"""Topic loads per tenant and per broker (broker/topics/loads.py): a tenant loading many topics
 holds at most its share of slots, and another tenant's load starts at once meanwhile."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from magnetar.broker.topic_loads import TopicLoadSlots
+from magnetar.broker.topics.loads import TopicLoadSlots
 
 
 class Loads:

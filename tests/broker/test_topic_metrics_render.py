@@ -1,4 +1,4 @@
-"""The per-topic metrics text is rendered a slice of samples per loop turn (broker/topic_metrics.py):
+"""The per-topic metrics text is rendered a slice of samples per loop turn (broker/metrics/topics.py):
 the bytes must be exactly what prometheus_client's ``generate_latest`` gives for the whole
 families, escaping included, and the loop must get turns while a large family is rendered."""
 
@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from magnetar.broker import topic_metrics
+from magnetar.broker.metrics import topics as topic_metrics
 
 
 class _Fixed(Collector):

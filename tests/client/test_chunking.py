@@ -27,7 +27,7 @@ from tests.support.standalone import StandaloneProcess
 from magnetar.client import aio
 from magnetar.client.chunking import ChunkAssembler, ChunkedSendReceipt, chunk_uuid, make_chunk_batches, split_payload
 from magnetar.client.options import InitialPosition, Result
-from magnetar.client.producer import PartitionProducer
+from magnetar.client.producer.producer import PartitionProducer
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.batch import encode_batch
 from magnetar.protocol.checksum import crc32c

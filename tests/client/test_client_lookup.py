@@ -8,7 +8,7 @@ import pytest
 
 from magnetar.client import aio
 from magnetar.client.options import InitialPosition
-from magnetar.client.routing import partition_for_key
+from magnetar.client.producer.routing import partition_for_key
 from magnetar.protocol.errors import ServiceNotReady
 
 from .conftest import record_sleeps

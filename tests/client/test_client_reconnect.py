@@ -14,12 +14,12 @@ import pytest
 
 import magnetar
 from magnetar.client import aio
-from magnetar.client.consumer import Consumer
-from magnetar.client.consumer_config import ConsumerConfig
+from magnetar.client.config.consumer import ConsumerConfig
+from magnetar.client.consumer.consumer import Consumer
 from magnetar.client.errors import ProducerQueueIsFull
 from magnetar.client.message import EntryInfo, Message
+from magnetar.client.net.reconnect import Backoff
 from magnetar.client.options import ConsumerType, InitialPosition, Result
-from magnetar.client.reconnect import Backoff
 from magnetar.protocol.batch import decode_batch
 from magnetar.protocol.errors import AlreadyClosed, ConsumerBusy, Timeout
 from magnetar.protocol.message_id import MessageId

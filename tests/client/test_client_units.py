@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.client.acks import BatchAckTracker, FlowPermits
-from magnetar.client.batch_builder import RECORD_OVERHEAD, Batch, SendReceipt
-from magnetar.client.connection import normalize_url, parse_service_url
+from magnetar.client.consumer.acks import BatchAckTracker, FlowPermits
+from magnetar.client.net.connection import normalize_url, parse_service_url
 from magnetar.client.options import CompressionType, ConsumerType, Result, result_of
-from magnetar.client.producer import ProducerConfig
-from magnetar.client.routing import RoundRobinRouter, java_string_key_hash, partition_for_key
+from magnetar.client.producer.batch_builder import RECORD_OVERHEAD, Batch, SendReceipt
+from magnetar.client.producer.producer import ProducerConfig
+from magnetar.client.producer.routing import RoundRobinRouter, java_string_key_hash, partition_for_key
 from magnetar.protocol.batch import decode_batch
 from magnetar.protocol.checksum import crc32c
 from magnetar.protocol.errors import MessageTooLarge, Timeout, Unsupported
@@ -219,7 +219,7 @@ def test_result_of_maps_errors_to_pulsar_names():
 
 
 def test_negative_acks_fall_due_after_the_fixed_delay_in_position_order():
-    from magnetar.client.redelivery import NegativeAckTracker
+    from magnetar.client.consumer.redelivery import NegativeAckTracker
 
     nacks = NegativeAckTracker(1000)
     nacks.add((7, 3), 0, now=10.0)
@@ -232,7 +232,7 @@ def test_negative_acks_fall_due_after_the_fixed_delay_in_position_order():
 
 
 def test_a_second_nack_of_an_entry_replaces_its_deadline():
-    from magnetar.client.redelivery import NegativeAckTracker
+    from magnetar.client.consumer.redelivery import NegativeAckTracker
 
     nacks = NegativeAckTracker(1000)
     nacks.add((1, 1), 0, now=0.0)
@@ -243,8 +243,8 @@ def test_a_second_nack_of_an_entry_replaces_its_deadline():
 
 
 def test_negative_ack_backoff_grows_with_the_redelivery_count():
+    from magnetar.client.consumer.redelivery import NegativeAckTracker
     from magnetar.client.options import MultiplierRedeliveryBackoff
-    from magnetar.client.redelivery import NegativeAckTracker
 
     nacks = NegativeAckTracker(60000, MultiplierRedeliveryBackoff(100, 1000, 2))
     assert [nacks.add((1, i), i, now=0.0) for i in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
@@ -264,8 +264,8 @@ def test_multiplier_backoff_is_javas():
 
 
 def test_ack_timeout_counts_from_the_first_hand_out_and_forgets_acked_entries():
+    from magnetar.client.consumer.redelivery import AckTimeoutTracker
     from magnetar.client.options import MultiplierRedeliveryBackoff
-    from magnetar.client.redelivery import AckTimeoutTracker
 
     timeouts = AckTimeoutTracker(10_000)
     timeouts.add((1, 0), 0, now=0.0)
@@ -324,7 +324,7 @@ def test_dead_letter_policy_checks_as_pulsar_client():
 
 
 def test_consumer_config_defaults_are_pulsar_clients_and_checks_raise():
-    from magnetar.client.consumer_config import ConsumerConfig
+    from magnetar.client.config.consumer import ConsumerConfig
     from magnetar.client.options import ConsumerDeadLetterPolicy, InitialPosition
 
     config = ConsumerConfig("s")
@@ -349,14 +349,14 @@ def test_consumer_config_defaults_are_pulsar_clients_and_checks_raise():
 
 
 def test_letter_topic_names_are_pulsars():
-    from magnetar.client.dead_letter import default_dead_letter_topic, retry_letter_topic
+    from magnetar.client.consumer.dead_letter import default_dead_letter_topic, retry_letter_topic
 
     assert retry_letter_topic("orders", "s") == "persistent://public/default/orders-s-RETRY"
     assert default_dead_letter_topic("t/n/orders-partition-1", "s") == "persistent://t/n/orders-partition-1-s-DLQ"
 
 
 def test_letter_properties_keep_the_first_origin_through_retries():
-    from magnetar.client.dead_letter import ORIGIN_MESSAGE_ID, REAL_TOPIC, letter_properties, origin_key
+    from magnetar.client.consumer.dead_letter import ORIGIN_MESSAGE_ID, REAL_TOPIC, letter_properties, origin_key
     from magnetar.client.message import EntryInfo, Message
 
     class Owner:
@@ -380,7 +380,7 @@ def test_letter_properties_keep_the_first_origin_through_retries():
 def test_reconsume_delay_takes_timedelta_or_milliseconds():
     from datetime import timedelta
 
-    from magnetar.client.dead_letter import delay_millis
+    from magnetar.client.consumer.dead_letter import delay_millis
 
     assert delay_millis(timedelta(seconds=1.5)) == 1500
     assert delay_millis(250) == 250
@@ -390,8 +390,8 @@ def test_reconsume_delay_takes_timedelta_or_milliseconds():
 
 
 async def test_subscribe_carries_priority_key_shared_policy_and_reader_start():
-    from magnetar.client.consumer import PartitionConsumer
-    from magnetar.client.consumer_config import ConsumerConfig
+    from magnetar.client.config.consumer import ConsumerConfig
+    from magnetar.client.consumer.consumer import PartitionConsumer
     from magnetar.client.options import ConsumerKeySharedPolicy, KeySharedMode
 
     def part(config: ConsumerConfig, **kwargs: object) -> PartitionConsumer:

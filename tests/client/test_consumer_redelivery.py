@@ -12,8 +12,8 @@ import pytest
 from tests.support.standalone import StandaloneProcess
 
 from magnetar.client import aio
+from magnetar.client.consumer.redelivery import AckTimeoutTracker
 from magnetar.client.options import ConsumerType, InitialPosition, MultiplierRedeliveryBackoff
-from magnetar.client.redelivery import AckTimeoutTracker
 from magnetar.protocol.errors import Timeout
 
 pytestmark = pytest.mark.timeout(60)

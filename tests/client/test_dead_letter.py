@@ -10,7 +10,7 @@ import pytest
 from tests.support.standalone import StandaloneProcess
 
 from magnetar.client import aio
-from magnetar.client.dead_letter import DELAY_TIME, ORIGIN_MESSAGE_ID, REAL_TOPIC, RECONSUMETIMES
+from magnetar.client.consumer.dead_letter import DELAY_TIME, ORIGIN_MESSAGE_ID, REAL_TOPIC, RECONSUMETIMES
 from magnetar.client.message import Message
 from magnetar.client.options import ConsumerDeadLetterPolicy, ConsumerType, InitialPosition
 from magnetar.protocol.errors import Timeout, Unsupported

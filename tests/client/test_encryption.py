@@ -21,7 +21,7 @@ from tests.support.standalone import StandaloneProcess
 
 import magnetar
 from magnetar import ConsumerCryptoFailureAction
-from magnetar.client.crypto import CryptoKeyReader, Decryptor, Encryptor, encryption_context_of
+from magnetar.client.encryption.crypto import CryptoKeyReader, Decryptor, Encryptor, encryption_context_of
 from magnetar.protocol.batch import decode_batch, encode_batch
 from magnetar.protocol.errors import CryptoError
 

@@ -10,7 +10,7 @@ import pytest
 from tests.support.standalone import StandaloneProcess
 
 from magnetar.client import aio
-from magnetar.client.consumer import Consumer
+from magnetar.client.consumer.consumer import Consumer
 from magnetar.client.options import ConsumerType
 
 pytestmark = pytest.mark.timeout(60)

@@ -18,7 +18,7 @@ from tests.support.standalone import StandaloneProcess, admin_call, run_standalo
 
 import magnetar as pulsar
 from magnetar.client import aio
-from magnetar.client.http_lookup import HttpLookup
+from magnetar.client.net.http_lookup import HttpLookup
 
 
 def test_produce_and_consume_through_http_lookup(standalone: StandaloneProcess, topic: str) -> None:

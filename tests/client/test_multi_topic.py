@@ -15,7 +15,7 @@ import pytest
 from tests.support.standalone import StandaloneProcess, admin_call
 
 import magnetar
-from magnetar.client.multi_topic import TopicPattern
+from magnetar.client.consumer.multi_topic import TopicPattern
 from magnetar.protocol.errors import InvalidTopicName
 
 Earliest = magnetar.InitialPosition.Earliest

@@ -1,4 +1,4 @@
-"""Producer access modes enforced by the broker, and the topic epoch (broker/producer_access.py, R102-R103).
+"""Producer access modes enforced by the broker, and the topic epoch (broker/topics/producer_access.py, R102-R103).
 
 Against a real standalone (these tests unload topics, so the module gets its own), and at the end
 on the local two-broker cluster, where the topic moves to the other broker and keeps its epoch.

@@ -21,9 +21,9 @@ from tests.support.standalone import StandaloneProcess, admin_call
 
 import magnetar
 from magnetar import HashingScheme, PartitionsRoutingMode
-from magnetar.broker.key_hash import key_hash
-from magnetar.client.producer import ProducerConfig
-from magnetar.client.routing import (
+from magnetar.broker.subscriptions.dispatchers.key_hash import key_hash
+from magnetar.client.producer.producer import ProducerConfig
+from magnetar.client.producer.routing import (
     CustomRouter,
     RoundRobinRouter,
     SinglePartitionRouter,

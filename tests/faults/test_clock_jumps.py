@@ -62,7 +62,7 @@ from tests.faults.workload import QueueWorkload
 from tests.support.cluster import LocalCluster, Proc
 from tests.support.metrics import scrape, total
 
-from magnetar.broker.ownership import bundle_of
+from magnetar.broker.cluster.ownership import bundle_of
 from magnetar.client import aio as mg
 from magnetar.managed_ledger.clock import GUARD_ENV, SLEW
 from magnetar.protocol.errors import MagnetarError, Timeout

@@ -318,7 +318,7 @@ async def test_a_hundred_thousand_topics_in_one_namespace(
         assert (await reader.read_next(timeout_millis=30_000)).data() == names[-1].encode()
         await reader.close()
     # Prometheus scraping the broker with every topic loaded: the per-topic families are read and
-    # rendered in slices, the loop idle between them (broker/topic_metrics.py); the quiet tenant
+    # rendered in slices, the loop idle between them (broker/metrics/topics.py); the quiet tenant
     # is measured across three scrapes, and every loaded topic must be in them.
     t_scrape = time.monotonic()
     scrape_seconds = []

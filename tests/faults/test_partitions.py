@@ -61,7 +61,7 @@ from tests.support.cluster import LocalCluster, Proc, free_ports
 from tests.support.etcd import EtcdProcess
 from tests.support.netproxy import NetProxy
 
-from magnetar.broker.ownership import bundle_of
+from magnetar.broker.cluster.ownership import bundle_of
 from magnetar.client import aio as mg
 from magnetar.metadata import paths
 from magnetar.metadata.etcd_store import EtcdMetadataStore

@@ -1,4 +1,4 @@
-"""Message deduplication on a real standalone (broker/dedup.py, WIRE.md R40a-R40d).
+"""Message deduplication on a real standalone (broker/topics/dedup.py, WIRE.md R40a-R40d).
 
 With deduplication on, a message whose (producer name, sequence id) was stored already is answered
 with id -1:-1 and not stored again: after a producer is created again with the same name, after a

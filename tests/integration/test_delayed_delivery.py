@@ -12,7 +12,7 @@ from tests.protocol.wire import Wire, open_consumer, open_producer, session, sta
 from tests.support.standalone import StandaloneProcess
 
 import magnetar
-from magnetar.broker.delayed_delivery import now_ms
+from magnetar.broker.subscriptions.delayed_delivery import now_ms
 from magnetar.protocol import commands as c
 from magnetar.protocol.batch import encode_batch, make_record
 

@@ -11,7 +11,7 @@ from tests.protocol.wire import Wire, open_consumer, open_producer, session, sta
 from tests.support.standalone import StandaloneProcess
 
 import magnetar
-from magnetar.broker.key_hash import key_hash
+from magnetar.broker.subscriptions.dispatchers.key_hash import key_hash
 from magnetar.protocol import commands as c
 from magnetar.protocol.batch import encode_batch, make_record
 

@@ -1,5 +1,5 @@
-"""Topic rates and per-topic metrics on a real standalone (broker/rate_sampler.py,
-broker/topic_metrics.py).
+"""Topic rates and per-topic metrics on a real standalone (broker/topics/rate_sampler.py,
+broker/metrics/topics.py).
 
 Rates are sampled once a second for the topics with traffic, and the per-topic families are read
 from the loaded topics when ``/metrics`` is scraped. What must hold: a topic being published to

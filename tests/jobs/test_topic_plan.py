@@ -1,6 +1,6 @@
 """The planning and pushdown rules of the ``magnetar`` source on internalStats documents (no processes).
 
-The documents have the shape ``GET .../internalStats?metadata=true`` answers (broker/internal_stats.py);
+The documents have the shape ``GET .../internalStats?metadata=true`` answers (broker/admin/internal_stats.py);
 the end-to-end behaviour against real bookies is in ``test_source.py``.
 """
 

@@ -86,7 +86,7 @@ def test_the_broker_exports_the_steps_and_the_offset() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
     from tests.support.metrics import total
 
-    from magnetar.broker.metrics import ClockCollector
+    from magnetar.broker.metrics.registry import ClockCollector
 
     c = Clocks()
     g = guarded(c)

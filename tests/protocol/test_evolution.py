@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.support.standalone import StandaloneProcess
 
-from magnetar.client.connection import CLIENT_VERSION, Connection
+from magnetar.client.net.connection import CLIENT_VERSION, Connection
 from magnetar.client.options import Result, result_of
 from magnetar.protocol import commands as c
 from magnetar.protocol.errors import error_from_wire

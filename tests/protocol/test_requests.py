@@ -9,7 +9,7 @@ import pytest
 from tests.support.standalone import StandaloneProcess
 
 from magnetar import __version__
-from magnetar.client.connection import Connection
+from magnetar.client.net.connection import Connection
 from magnetar.protocol import commands as c
 from magnetar.protocol.errors import (
     ErrorCode,

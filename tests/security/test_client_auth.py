@@ -1,4 +1,4 @@
-"""The client's side of token authentication (client/auth.py, WIRE.md R60-R62) against a real
+"""The client's side of token authentication (client/net/auth.py, WIRE.md R60-R62) against a real
 standalone with ``authenticationEnabled`` and an HS256 secret key.
 
 Tokens are made here with PyJWT, as ``magnetar tokens create`` makes them. Every refusal is checked
@@ -188,7 +188,7 @@ def test_supplier_is_called_again_on_reconnect(auth_standalone: StandaloneProces
 
 
 def test_token_from_a_file_is_reread(tmp_path: Path, auth_standalone: StandaloneProcess, secret_key: bytes) -> None:
-    from magnetar.client.auth import token_from_file
+    from magnetar.client.net.auth import token_from_file
 
     path = tmp_path / "token"
     path.write_text(_token(secret_key) + "\n")

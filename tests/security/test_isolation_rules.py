@@ -1,4 +1,4 @@
-"""The placement rules of namespace isolation policies (broker/isolation.py), as pure functions.
+"""The placement rules of namespace isolation policies (broker/cluster/isolation.py), as pure functions.
 
 The cluster tests (test_isolation*.py) show the rules enforced by running brokers; these cover the
 cases a four-broker cluster does not reach cheaply: secondaries below ``min_limit``, host-only
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from magnetar.broker.isolation import InvalidIsolationPolicy, IsolationPolicies, IsolationPolicy
+from magnetar.broker.cluster.isolation import InvalidIsolationPolicy, IsolationPolicies, IsolationPolicy
 
 B = ["10.0.0.1:6650", "10.0.0.2:6650", "10.0.0.3:6650", "10.0.0.4:6650"]
 

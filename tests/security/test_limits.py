@@ -1,4 +1,4 @@
-"""Limits against abuse (broker/limits.py, WIRE.md R87-R91), against real standalone processes.
+"""Limits against abuse (broker/server/limits.py, WIRE.md R87-R91), against real standalone processes.
 
 Connections are driven by hand (``tests/protocol/wire.py``) so that what is checked is what the
 broker does. The abusive connections come from 127.0.0.2 / 127.0.0.3 (all of 127/8 is loopback on

@@ -1,5 +1,5 @@
 """TLS on the binary protocol (``magnetar+ssl://``) and HTTPS on the admin API, against a real
-standalone with both plaintext and TLS listeners (WIRE.md R65-R67, client/tls.py, node/tls.py).
+standalone with both plaintext and TLS listeners (WIRE.md R65-R67, client/net/tls.py, node/tls.py).
 
 The server certificate names ``localhost`` only (tests/security/certs.py) and the standalone
 advertises ``localhost``, so dialling ``127.0.0.1`` is the wrong-host case. Every refusal is

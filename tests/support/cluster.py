@@ -583,7 +583,7 @@ class ClusterMetadata:
 
     async def topic_owner(self, topic: str, bundles: int = 4) -> str | None:
         """The id (``host:port``) of the broker owning ``topic``'s bundle, or None if unowned."""
-        from magnetar.broker.ownership import bundle_of
+        from magnetar.broker.cluster.ownership import bundle_of
         from magnetar.metadata import paths
 
         t = TopicName.parse(topic)

@@ -23,7 +23,7 @@ class BrokerConfig:
     default_write_quorum: int = 1
     default_ack_quorum: int = 1
     allow_auto_topic_creation: bool = True
-    # Message deduplication (broker/dedup.py), Pulsar's brokerDeduplication* settings: the default
+    # Message deduplication (broker/topics/dedup.py), Pulsar's brokerDeduplication* settings: the default
     # when no namespace or topic policy says, a snapshot every so many stored entries and every so
     # many seconds, the producers a snapshot keeps at most, and when an idle producer is forgotten.
     broker_deduplication_enabled: bool = False
@@ -31,7 +31,7 @@ class BrokerConfig:
     broker_deduplication_snapshot_interval_seconds: int = 120
     broker_deduplication_max_number_of_producers: int = 10000
     broker_deduplication_producer_inactivity_timeout_minutes: int = 360
-    # How often message TTL, retention and backlog quotas are applied (broker/expiry.py), Pulsar's
+    # How often message TTL, retention and backlog quotas are applied (broker/policies/expiry.py), Pulsar's
     # messageExpiryCheckIntervalInMinutes (fractions allowed here), retentionCheckIntervalInSeconds
     # and backlogQuotaCheckIntervalInSeconds; 0 turns a check off.
     message_expiry_check_interval_minutes: float = 5.0
@@ -88,7 +88,7 @@ class BrokerConfig:
     bookkeeper_tls_certificate_file_path: str | None = None
     bookkeeper_tls_key_file_path: str | None = None
     bookkeeper_tls_client_authentication: bool = False
-    # Limits against abuse (broker/limits.py): Pulsar's brokerMaxConnections,
+    # Limits against abuse (broker/server/limits.py): Pulsar's brokerMaxConnections,
     # brokerMaxConnectionsPerIp and maxConcurrentLookupRequest; Magnetar's per-connection producer
     # and consumer caps and the pre-authentication frame cap and timeout (authentication on only).
     broker_max_connections: int = 0
@@ -96,18 +96,18 @@ class BrokerConfig:
     max_producers_per_connection: int = 0
     max_consumers_per_connection: int = 0
     # Pulsar's maxUnackedMessagesPerConsumer / PerSubscription (Shared and Key_Shared; 0: no limit):
-    # dispatch stops at the limit and resumes at half of it (broker/consumer.py, subscription.py).
+    # dispatch stops at the limit and resumes at half of it (broker/subscriptions/consumer.py, subscription.py).
     max_unacked_messages_per_consumer: int = 50000
     max_unacked_messages_per_subscription: int = 200000
     max_concurrent_lookup_request: int = 50000
-    # Topic loads in progress at once (broker/topic_loads.py): Pulsar's broker-wide
+    # Topic loads in progress at once (broker/topics/loads.py): Pulsar's broker-wide
     # maxConcurrentTopicLoadRequest, and a per-tenant share (Magnetar's) so that one tenant
     # loading thousands of topics does not fill the loop's turns; 0: no limit. The excess waits.
     max_concurrent_topic_load_request: int = 5000
     max_concurrent_topic_loads_per_tenant: int = 8
     pre_authentication_max_frame_size: int = 64 * 1024
     pre_authentication_timeout_seconds: float = 30.0
-    # Schemas (broker/schema_admission.py, WIRE.md R124), Pulsar's names and defaults: the last level
+    # Schemas (broker/schema/admission.py, WIRE.md R124), Pulsar's names and defaults: the last level
     # of the compatibility strategy (a name of ``CompatibilityStrategy``), of schema validation
     # (a producer without schema on a topic with one) and of automatic schema registration.
     schema_compatibility_strategy: str = "FULL"

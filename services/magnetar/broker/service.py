@@ -26,24 +26,24 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from magnetar.broker.advertised_listeners import choose, internal_listener
-from magnetar.broker.closing import ClosingQueue
+from magnetar.broker.cluster.isolation import NamespaceIsolation, watch_policy_changes
+from magnetar.broker.cluster.ownership import BrokerInfo, Ownership
+from magnetar.broker.cluster.resources import Conflict, Resources
 from magnetar.broker.compaction.controller import TopicCompaction, delete_compaction_state
 from magnetar.broker.compaction.monitor import run_monitor
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.expiry import PolicyChecks
-from magnetar.broker.isolation import NamespaceIsolation, watch_policy_changes
-from magnetar.broker.loaded_topics import LoadedTopics
-from magnetar.broker.metrics import BrokerMetrics
-from magnetar.broker.missing_namespace import require_namespace_of
-from magnetar.broker.non_persistent_registry import NonPersistentTopics
-from magnetar.broker.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.ownership import BrokerInfo, Ownership
-from magnetar.broker.policies import EffectivePolicies
-from magnetar.broker.rate_sampler import RateSampler
-from magnetar.broker.resources import Conflict, Resources
-from magnetar.broker.topic import PersistentTopic
-from magnetar.broker.topic_loads import TopicLoadSlots
+from magnetar.broker.metrics.registry import BrokerMetrics
+from magnetar.broker.policies.expiry import PolicyChecks
+from magnetar.broker.policies.model import EffectivePolicies
+from magnetar.broker.server.advertised_listeners import choose, internal_listener
+from magnetar.broker.server.closing import ClosingQueue
+from magnetar.broker.topics.loaded import LoadedTopics
+from magnetar.broker.topics.loads import TopicLoadSlots
+from magnetar.broker.topics.missing_namespace import require_namespace_of
+from magnetar.broker.topics.non_persistent import NonPersistentTopic
+from magnetar.broker.topics.non_persistent_registry import NonPersistentTopics
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.rate_sampler import RateSampler
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedger
 from magnetar.managed_ledger.clock import policy_time

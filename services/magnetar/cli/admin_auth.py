@@ -25,8 +25,8 @@ import os
 import ssl
 from dataclasses import dataclass
 
-from magnetar.client.auth import AuthenticationToken, tls_from_params, token_from_params
-from magnetar.client.tls import TlsOptions
+from magnetar.client.net.auth import AuthenticationToken, tls_from_params, token_from_params
+from magnetar.client.net.tls import TlsOptions
 
 TOKEN_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationToken", "AuthenticationToken", "token")
 TLS_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationTls", "AuthenticationTls", "tls")

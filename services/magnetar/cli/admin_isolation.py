@@ -9,7 +9,7 @@
 
 As in pulsar-admin, ``--namespaces``, ``--primary`` and ``--secondary`` take comma-separated lists
 (or the flag repeated); unlike pulsar-admin's splitter, a comma inside ``()``, ``[]`` or ``{}`` does
-not split, so ``[0-9]{1,3}`` stays one regex. What the regexes match is in ``broker/isolation.py``.
+not split, so ``[0-9]{1,3}`` stays one regex. What the regexes match is in ``broker/cluster/isolation.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``magnetar-admin`` permission verbs, with pulsar-admin's names and flags (broker/permissions_admin.py).
+"""``magnetar-admin`` permission verbs, with pulsar-admin's names and flags (broker/admin/permissions.py).
 
     magnetar-admin namespaces grant-permission <tenant/ns> --role R --actions produce,consume
     magnetar-admin namespaces revoke-permission <tenant/ns> --role R

@@ -1,4 +1,4 @@
-"""``magnetar-admin`` schema verbs, with pulsar-admin's names and flags (broker/schema_admin.py).
+"""``magnetar-admin`` schema verbs, with pulsar-admin's names and flags (broker/admin/schemas.py).
 
     magnetar-admin schemas get <topic> [--version N] [--all-version]
     magnetar-admin schemas upload <topic> --filename F

@@ -75,7 +75,7 @@ KEYS: dict[str, dict[str, str]] = {
         "bookkeeperTLSCertificateFilePath": "bookkeeper_tls_certificate_file_path",
         "bookkeeperTLSKeyFilePath": "bookkeeper_tls_key_file_path",
         "bookkeeperTLSClientAuthentication": "bookkeeper_tls_client_authentication",
-        # Limits against abuse (cli/limit_flags.py, broker/limits.py)
+        # Limits against abuse (cli/limit_flags.py, broker/server/limits.py)
         "brokerMaxConnections": "broker_max_connections",
         "brokerMaxConnectionsPerIp": "broker_max_connections_per_ip",
         "maxProducersPerConnection": "max_producers_per_connection",
@@ -87,10 +87,10 @@ KEYS: dict[str, dict[str, str]] = {
         "maxConcurrentTopicLoadsPerTenant": "max_concurrent_topic_loads_per_tenant",
         "preAuthenticationMaxFrameSize": "pre_authentication_max_frame_size",
         "preAuthenticationTimeoutSeconds": "pre_authentication_timeout_seconds",
-        # Advertised listeners (cli/listener_flags.py, broker/advertised_listeners.py)
+        # Advertised listeners (cli/listener_flags.py, broker/server/advertised_listeners.py)
         "advertisedListeners": "advertised_listeners",
         "internalListenerName": "internal_listener_name",
-        # Schemas (cli/schema_flags.py, broker/schema_admission.py)
+        # Schemas (cli/schema_flags.py, broker/schema/admission.py)
         "schemaCompatibilityStrategy": "schema_compatibility_strategy",
         "isSchemaValidationEnforced": "is_schema_validation_enforced",
         "isAllowAutoUpdateSchemaEnabled": "is_allow_auto_update_schema_enabled",

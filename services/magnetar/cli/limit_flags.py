@@ -1,4 +1,4 @@
-"""The abuse-limit flags of ``magnetar standalone`` and ``magnetar broker`` (broker/limits.py).
+"""The abuse-limit flags of ``magnetar standalone`` and ``magnetar broker`` (broker/server/limits.py).
 
 One flag per setting, the broker.conf name in kebab case (``--broker-max-connections-per-ip`` for
 ``brokerMaxConnectionsPerIp``); config files use the broker.conf names (cli/config_file.py).

@@ -100,7 +100,7 @@ def _policy_check_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _add_dedup_flags(parser: argparse.ArgumentParser) -> None:
-    """Pulsar's brokerDeduplication* settings (broker/dedup.py)."""
+    """Pulsar's brokerDeduplication* settings (broker/topics/dedup.py)."""
     parser.add_argument("--broker-deduplication-enabled", type=flag_bool, nargs="?", const=True, default=False)
     parser.add_argument("--broker-deduplication-entries-interval", type=int, default=1000)
     parser.add_argument("--broker-deduplication-snapshot-interval-seconds", type=int, default=120)
@@ -304,7 +304,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     check_auth_settings(config)
     checked(client_security, config)
     # isolatedTenant (set by the operator) only labels the pod: what this broker may own is decided
-    # by the cluster's namespace isolation policies (broker/isolation.py), which the operator writes.
+    # by the cluster's namespace isolation policies (broker/cluster/isolation.py), which the operator writes.
     if not args.metadata_url:
         raise SystemExit("magnetar broker needs --metadata-url (or metadataUrl in --config)")
     _check_tls_settings(config)

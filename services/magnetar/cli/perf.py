@@ -24,9 +24,9 @@ from typing import Any
 
 from magnetar import event_loop
 from magnetar.client import aio
-from magnetar.client.auth import tls_from_params, token_from_params
-from magnetar.client.batch_builder import SendReceipt
+from magnetar.client.net.auth import tls_from_params, token_from_params
 from magnetar.client.options import CompressionType, ConsumerType, InitialPosition
+from magnetar.client.producer.batch_builder import SendReceipt
 
 _COMPRESSION = {
     "none": CompressionType.NONE,

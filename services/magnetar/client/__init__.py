@@ -103,7 +103,12 @@ The README's "Coming from Pulsar" keeps the complete list, each difference with 
 """
 
 from magnetar import exceptions as _exceptions
-from magnetar.client.auth import (
+from magnetar.client.consumer.batch_receive import ConsumerBatchReceivePolicy
+from magnetar.client.encryption.crypto import CryptoKeyReader, EncryptionContext, EncryptionKey
+from magnetar.client.errors import MagnetarError, MessageTooLarge, Unsupported  # older names
+from magnetar.client.logger import ConsoleLogger, FileLogger, LoggerLevel
+from magnetar.client.message import Message
+from magnetar.client.net.auth import (
     Authentication,
     AuthenticationAthenz,
     AuthenticationBasic,
@@ -111,11 +116,7 @@ from magnetar.client.auth import (
     AuthenticationTLS,
     AuthenticationToken,
 )
-from magnetar.client.batch_receive import ConsumerBatchReceivePolicy
-from magnetar.client.crypto import CryptoKeyReader, EncryptionContext, EncryptionKey
-from magnetar.client.errors import MagnetarError, MessageTooLarge, Unsupported  # older names
-from magnetar.client.logger import ConsoleLogger, FileLogger, LoggerLevel
-from magnetar.client.message import Message
+from magnetar.client.net.service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 from magnetar.client.options import (
     BatchingType,
     CompressionType,
@@ -133,9 +134,8 @@ from magnetar.client.options import (
     Result,
     result_of,
 )
-from magnetar.client.service_info import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
+from magnetar.client.readers.table_view import TableView
 from magnetar.client.sync import Client, Consumer, Producer, Reader
-from magnetar.client.table_view import TableView
 from magnetar.exceptions import *  # noqa: F403 (every pulsar.exceptions class, as below)
 from magnetar.protocol.message_id import MessageId
 

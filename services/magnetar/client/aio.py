@@ -34,18 +34,22 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from magnetar.client.acks import FlowPermits
-from magnetar.client.arguments import check_producer_arguments, check_subscribe_arguments
-from magnetar.client.auth import Authentication
-from magnetar.client.client_config import ClientSettings
-from magnetar.client.connect_deadline import as_connect_error, give_up_at
-from magnetar.client.connection import Connection, is_tls_url, normalize_url
-from magnetar.client.consumer import Consumer, PartitionConsumer
-from magnetar.client.consumer_config import ConsumerConfig
-from magnetar.client.dead_letter import retry_letter_topic
+from magnetar.client.config.arguments import check_producer_arguments, check_subscribe_arguments
+from magnetar.client.config.client import ClientSettings
+from magnetar.client.config.consumer import ConsumerConfig
+from magnetar.client.consumer.acks import FlowPermits
+from magnetar.client.consumer.consumer import Consumer, PartitionConsumer
+from magnetar.client.consumer.dead_letter import retry_letter_topic
+from magnetar.client.consumer.multi_topic import TOPICS_MODE_OF, PatternWatcher, TopicPattern
 from magnetar.client.errors import ProducerQueueIsFull
+from magnetar.client.lifecycle.shutdown import abandon_now
 from magnetar.client.message import Message
-from magnetar.client.multi_topic import TOPICS_MODE_OF, PatternWatcher, TopicPattern
+from magnetar.client.net.auth import Authentication
+from magnetar.client.net.connect_deadline import as_connect_error, give_up_at
+from magnetar.client.net.connection import Connection, is_tls_url, normalize_url
+from magnetar.client.net.reconnect import Backoff
+from magnetar.client.net.service_info import ServiceInfo, ServiceInfoProvider, as_provider
+from magnetar.client.net.service_target import ServiceTarget, TlsSettings
 from magnetar.client.options import (
     BatchingType,
     CompressionType,
@@ -64,15 +68,11 @@ from magnetar.client.options import (
     Result,
 )
 from magnetar.client.partition_updates import DEFAULT_PARTITIONS_UPDATE_INTERVAL, PartitionsUpdater
-from magnetar.client.producer import PartitionProducer, Producer, ProducerConfig
-from magnetar.client.producer_start import starts_lazily
-from magnetar.client.reader import Reader, reader_subscription_name, start_for_partition
-from magnetar.client.reconnect import Backoff
-from magnetar.client.routing import MessageRouter
+from magnetar.client.producer.producer import PartitionProducer, Producer, ProducerConfig
+from magnetar.client.producer.routing import MessageRouter
+from magnetar.client.producer.start import starts_lazily
+from magnetar.client.readers.reader import Reader, reader_subscription_name, start_for_partition
 from magnetar.client.schema_codec import WriterSchemas
-from magnetar.client.service_info import ServiceInfo, ServiceInfoProvider, as_provider
-from magnetar.client.service_target import ServiceTarget, TlsSettings
-from magnetar.client.shutdown import abandon_now
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import (
     AlreadyClosed,

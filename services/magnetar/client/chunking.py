@@ -41,9 +41,9 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from magnetar.client.batch_builder import Batch, SendReceipt, _call
 from magnetar.client.message import EntryInfo, Message
 from magnetar.client.options import Result
+from magnetar.client.producer.batch_builder import Batch, SendReceipt, _call
 from magnetar.protocol.checksum import crc32c
 from magnetar.protocol.entry import (
     META_CHUNK_ID,

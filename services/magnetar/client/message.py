@@ -15,8 +15,8 @@ from magnetar.protocol.entry import META_SCHEMA_VERSION, EntryMeta
 from magnetar.protocol.message_id import MessageId
 
 if TYPE_CHECKING:
-    from magnetar.client.consumer import PartitionConsumer
-    from magnetar.client.crypto import EncryptionContext
+    from magnetar.client.consumer.consumer import PartitionConsumer
+    from magnetar.client.encryption.crypto import EncryptionContext
 
 
 class EntryInfo:
@@ -120,7 +120,7 @@ class Message:
 
     def encryption_context(self) -> EncryptionContext | None:
         """How the message was encrypted (``client.crypto``), or None for a message sent in the clear."""
-        from magnetar.client.crypto import encryption_context_of  # only encrypted topics need it loaded
+        from magnetar.client.encryption.crypto import encryption_context_of  # only encrypted topics need it loaded
 
         return encryption_context_of(self._info.meta)
 

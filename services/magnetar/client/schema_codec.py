@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from magnetar.client.arguments import check_type
+from magnetar.client.config.arguments import check_type
 from magnetar.protocol.entry import META_SCHEMA_VERSION, EntryMeta
 from magnetar.protocol.topic_name import TopicName
 from magnetar.schema.info import SchemaInfo

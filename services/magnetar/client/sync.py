@@ -26,8 +26,9 @@ from typing import Any, TypeVar
 
 from magnetar import event_loop, write_batch
 from magnetar.client import aio
-from magnetar.client import reader as aio_reader
-from magnetar.client.arguments import (
+from magnetar.client.blocking.listener_pool import ListenerPool, Pump
+from magnetar.client.blocking.waiting import wait_event, wait_future
+from magnetar.client.config.arguments import (
     check_message_arguments,
     check_producer_arguments,
     check_reader_arguments,
@@ -35,12 +36,11 @@ from magnetar.client.arguments import (
     check_subscribe_arguments,
     check_type,
 )
-from magnetar.client.auth import Authentication
-from magnetar.client.batch_builder import SendCallback
-from magnetar.client.consumer import PartitionConsumer
+from magnetar.client.consumer.consumer import PartitionConsumer
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError, ProducerQueueIsFull
-from magnetar.client.listener_pool import ListenerPool, Pump
 from magnetar.client.message import Message
+from magnetar.client.net.auth import Authentication
+from magnetar.client.net.service_info import ServiceInfo, ServiceInfoProvider
 from magnetar.client.options import (
     BatchingType,
     CompressionType,
@@ -57,11 +57,11 @@ from magnetar.client.options import (
     Result,
 )
 from magnetar.client.partition_updates import DEFAULT_PARTITIONS_UPDATE_INTERVAL
-from magnetar.client.producer import MessageOptions, check_content, message_options
-from magnetar.client.routing import MessageRouter
-from magnetar.client.service_info import ServiceInfo, ServiceInfoProvider
-from magnetar.client.table_view import TableView
-from magnetar.client.waiting import wait_event, wait_future
+from magnetar.client.producer.batch_builder import SendCallback
+from magnetar.client.producer.producer import MessageOptions, check_content, message_options
+from magnetar.client.producer.routing import MessageRouter
+from magnetar.client.readers import reader as aio_reader
+from magnetar.client.readers.table_view import TableView
 from magnetar.protocol.errors import AlreadyClosed, InvalidConfiguration, MagnetarError
 from magnetar.protocol.message_id import MessageId
 from magnetar.schema.info import SchemaInfo

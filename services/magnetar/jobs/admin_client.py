@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from magnetar.client.auth import AuthenticationToken, token_from_params
+from magnetar.client.net.auth import AuthenticationToken, token_from_params
 from magnetar.jobs.credentials import JobCredentials
 from magnetar.protocol.topic_name import TopicName
 
@@ -111,7 +111,7 @@ class AdminClient:
 
     # ------------------------------------------------------------------ the calls the jobs share
     def internal_stats(self, topic: str, *, metadata: bool = False) -> dict[str, Any]:
-        """Pulsar's PersistentTopicInternalStats (``broker/internal_stats.py``) of one (partition) topic."""
+        """Pulsar's PersistentTopicInternalStats (``broker/admin/internal_stats.py``) of one (partition) topic."""
         suffix = "?metadata=true" if metadata else ""
         return dict(self.get(f"{topic_path(topic)}/internalStats{suffix}"))
 

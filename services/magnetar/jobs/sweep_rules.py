@@ -8,7 +8,7 @@ topic; ``verdict_of`` is the pure part, on a topic's ``internalStats`` and its e
 the ledger list (ids, entries, sizes, close times), the durable cursors' mark-delete positions,
 ``retainFrom`` and ``lastConfirmedEntry`` of the topic's internal stats, and the retention policy.
 
-**Effective policies** as the broker resolves them (``broker/policies.py``, which a job may not
+**Effective policies** as the broker resolves them (``broker/policies/model.py``, which a job may not
 import): topic-level field over namespace-level field, a partition taking its partitioned topic's
 topic-level policies; unset retention is 0/0 (the broker has no default retention) and unset TTL
 is none. The namespace's policies are read once per namespace on the driver (``GET
@@ -43,7 +43,7 @@ from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.retention_rule import Removal, removable_ledgers, slowest_position
 from magnetar.protocol.topic_name import TopicName
 
-# The compaction cursor: message TTL never moves it (broker/expiry.py).
+# The compaction cursor: message TTL never moves it (broker/policies/expiry.py).
 COMPACTION_CURSOR = "__compaction"
 RETENTION_FIELD = "retention_policies"
 TTL_FIELD = "message_ttl_in_seconds"

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from magnetar.bookie.client_security import BookieClientSecurity
 from magnetar.bookie.resolver import MetadataBookieResolver
+from magnetar.broker.cluster.resources import ensure_default_namespace
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.metrics import BrokerMetrics
-from magnetar.broker.resources import ensure_default_namespace
+from magnetar.broker.metrics.registry import BrokerMetrics
 from magnetar.broker.service import BrokerService
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.store import MetadataStore
@@ -46,7 +46,7 @@ class BrokerNode(Node):
         self.broker = BrokerService(
             self.config, self.store, ledgers, BrokerMetrics(), clustered=True, bundles=self.bundles
         )
-        self.broker.cluster = self.cluster  # whose namespace isolation policies apply (broker/isolation.py)
+        self.broker.cluster = self.cluster  # whose namespace isolation policies apply (broker/cluster/isolation.py)
         await ensure_default_namespace(self.broker.resources, self.cluster)
         self.listeners = BrokerListeners(self.broker)
         await self.listeners.start()

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 
-from magnetar.broker.admin import AdminServer
-from magnetar.broker.connection import ServerConnection
+from magnetar.broker.admin.server import AdminServer
+from magnetar.broker.server.connection import ServerConnection
 from magnetar.broker.service import BrokerService
 from magnetar.node.ports import binding
 from magnetar.node.tls import server_ssl_context, tls_enabled

@@ -27,9 +27,9 @@ from magnetar.bookie.auth import BookieSecurity
 from magnetar.bookie.local_client import LocalBookieClient
 from magnetar.bookie.resolver import StaticBookieResolver
 from magnetar.bookie.service import BookieService
+from magnetar.broker.cluster.resources import ensure_default_namespace
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.metrics import BrokerMetrics
-from magnetar.broker.resources import ensure_default_namespace
+from magnetar.broker.metrics.registry import BrokerMetrics
 from magnetar.broker.service import BrokerService
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.lmdb_store import LmdbMetadataStore

@@ -1,7 +1,7 @@
 """Topic names: ``{domain}://tenant/namespace/topic``, with ``-partition-N`` for partitions.
 
 The domain is ``persistent`` (stored in a managed ledger) or ``non-persistent`` (never stored:
-delivered to the consumers connected at publish time, ``broker/non_persistent_topic.py``). Short
+delivered to the consumers connected at publish time, ``broker/topics/non_persistent.py``). Short
 names expand the way Pulsar's do, always to the persistent domain: ``my-topic`` is
 ``persistent://public/default/my-topic`` and ``tenant/ns/topic`` is
 ``persistent://tenant/ns/topic``; a non-persistent topic is always named in full.

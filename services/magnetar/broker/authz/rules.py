@@ -76,13 +76,13 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", _NS + "/permissions/{subscription}/{role}"): Rule(Kind.TENANT, "REVOKE_PERMISSION"),
     ("GET", _NS + "/subscriptionAuthMode"): Rule(Kind.TENANT, "READ_POLICY"),
     ("POST", _NS + "/subscriptionAuthMode"): Rule(Kind.TENANT, "WRITE_POLICY"),
-    # schema policies (broker/schema_admin.py): Pulsar's PUT, and GETs that answer the defaults
+    # schema policies (broker/admin/schemas.py): Pulsar's PUT, and GETs that answer the defaults
     ("PUT", _NS + "/schemaCompatibilityStrategy"): Rule(Kind.TENANT, "WRITE_POLICY"),
     ("GET", _NS + "/schemaCompatibilityStrategy"): Rule(Kind.TENANT, "READ_POLICY"),
     ("GET", _NS + "/schemaValidationEnforced"): Rule(Kind.TENANT, "READ_POLICY"),
     ("GET", _NS + "/isAllowAutoUpdateSchema"): Rule(Kind.TENANT, "READ_POLICY"),
     # clusters: Pulsar's ClustersBase.getClusters checks no role (any authenticated caller);
-    # its namespace isolation policy routes are superuser-only (broker/isolation_admin.py)
+    # its namespace isolation policy routes are superuser-only (broker/admin/isolation.py)
     ("GET", "/admin/v2/clusters"): Rule(Kind.OPEN, "LIST_CLUSTERS"),
     # a cluster's record (R113): Pulsar's cluster operations (GET_CLUSTER, CREATE_CLUSTER,
     # UPDATE_CLUSTER) are a superuser's
@@ -95,7 +95,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", _ISOLATION + "/{policy}"): SUPERUSER_ONLY,
     ("POST", _ISOLATION + "/{policy}"): SUPERUSER_ONLY,
     ("DELETE", _ISOLATION + "/{policy}"): SUPERUSER_ONLY,
-    # bookies (broker/admin_bookies.py): cluster-wide, as Pulsar's BookiesBase (superuser)
+    # bookies (broker/admin/bookies.py): cluster-wide, as Pulsar's BookiesBase (superuser)
     ("GET", "/admin/v2/bookies"): SUPERUSER_ONLY,
     ("GET", "/admin/v2/bookies/underreplicated"): SUPERUSER_ONLY,
     ("POST", "/admin/v2/bookies/{bookie}/decommission"): SUPERUSER_ONLY,
@@ -149,7 +149,7 @@ for _domain, _only in (("persistent", _PERSISTENT_ONLY), ("non-persistent", _NON
         RULES[(_method, f"/admin/v2/{_domain}/{{tenant}}/{{ns}}{_suffix}")] = _rule
 
 
-# The schema registry (broker/schema_admin.py), Pulsar's SchemasResource: reading and testing a
+# The schema registry (broker/admin/schemas.py), Pulsar's SchemasResource: reading and testing a
 # schema need a produce or consume grant (as the binary get_schema, R121); changing it is an admin's.
 _SCHEMAS = "/admin/v2/schemas/{tenant}/{ns}/{topic}"
 RULES.update(

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from magnetar.broker.resources import Resources
+from magnetar.broker.cluster.resources import Resources
 from magnetar.metadata import paths
 from magnetar.metadata.store import MetadataStore
 from magnetar.protocol.errors import BadVersion, InvalidCommand

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from magnetar.broker.compaction.compactor import CompactionResult, compact
 from magnetar.broker.compaction.view import CompactedView
-from magnetar.broker.subscription import Subscription
+from magnetar.broker.subscriptions.subscription import Subscription
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.write_handle import WriteHandle
 from magnetar.managed_ledger import ManagedLedger, Position

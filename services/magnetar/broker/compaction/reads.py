@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from magnetar.broker.compaction.controller import CompactedTopic, TopicCompaction
 from magnetar.broker.compaction.view import removed_indexes
-from magnetar.broker.subscription import Subscription
+from magnetar.broker.subscriptions.subscription import Subscription
 from magnetar.managed_ledger import Position
 from magnetar.managed_ledger.position import EARLIEST
 from magnetar.protocol import commands as c

@@ -1,0 +1,1 @@
+"""What ties brokers together: namespace bundle ownership, isolation, metadata-store resources."""

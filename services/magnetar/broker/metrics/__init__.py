@@ -1,0 +1,1 @@
+"""The broker's Prometheus metrics: its own counters and the per-topic families."""

@@ -1,0 +1,1 @@
+"""Namespace and topic policies: the model, quotas, backlog quotas, rates and TTL enforcement."""

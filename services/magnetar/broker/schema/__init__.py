@@ -1,0 +1,1 @@
+"""The schema registry of topics and the admission of producers' and consumers' schemas."""

@@ -1,0 +1,1 @@
+"""The binary-protocol server side: one client connection, its limits, closing, listeners."""

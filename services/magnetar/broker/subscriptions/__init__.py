@@ -1,0 +1,1 @@
+"""Subscriptions: cursor, consumers, dispatchers per type, delayed delivery, cursor moves."""

@@ -1,0 +1,1 @@
+"""Topics this broker serves: persistent and non-persistent, loading, producers, deduplication."""

@@ -1,0 +1,1 @@
+"""The blocking facade's machinery: the loop thread, how a blocking call waits, listener threads."""

@@ -1,0 +1,1 @@
+"""Consumers: partition consumers, acknowledgements, redelivery, batch receive, dead letters, topic lists."""

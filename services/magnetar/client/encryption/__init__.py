@@ -1,0 +1,1 @@
+"""End-to-end encryption: the keys and codecs, and what a consumer does with an encrypted entry."""

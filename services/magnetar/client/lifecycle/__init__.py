@@ -1,0 +1,1 @@
+"""The client's background work: periodic stats, stopping background tasks, shutdown."""

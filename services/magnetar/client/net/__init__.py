@@ -1,0 +1,1 @@
+"""Reaching brokers: connections, lookup, reconnection, service URLs and failover, TLS, authentication."""

@@ -1,0 +1,1 @@
+"""Producers: partition producers, batching, routing, and how they start."""

@@ -1,0 +1,1 @@
+"""Readers and table views: reading a topic without a subscription to keep."""
