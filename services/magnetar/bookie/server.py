@@ -29,7 +29,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from magnetar.bookie.auth import BookieAuthenticator, BookieClientIdentity
@@ -37,6 +37,7 @@ from magnetar.bookie.registration import BookieRegistration, deregister, registe
 from magnetar.bookie.storage import BookieStorage
 from magnetar.metadata.store import MetadataStore
 from magnetar.protocol import commands as c
+from magnetar.protocol import fields
 from magnetar.protocol.errors import (
     AuthenticationError,
     InvalidCommand,
@@ -48,7 +49,6 @@ from magnetar.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, enco
 
 log = logging.getLogger(__name__)
 _READ_CHUNK = 256 * 1024
-_I64_MAX = 2**63 - 1
 _LINGER_SECONDS = 2.0  # how long a refused connection is drained before it is closed regardless
 
 
@@ -67,21 +67,6 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         async with asyncio.timeout(_LINGER_SECONDS):
             while await reader.read(_READ_CHUNK):
                 pass
-
-
-# The typed commands say what a well-behaved client sends; these check what actually arrived.
-def _int(cmd: Mapping[str, object], field: str, default: int | None = None) -> int:
-    value = cmd.get(field, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidCommand(f"field {field!r} of {cmd.get('t')!r} must be an integer")
-    return value
-
-
-def _bytes(cmd: Mapping[str, object], field: str) -> bytes:
-    value = cmd.get(field)
-    if not isinstance(value, bytes):
-        raise InvalidCommand(f"field {field!r} of {cmd.get('t')!r} must be binary")
-    return value
 
 
 class _Connection:
@@ -270,7 +255,7 @@ class BookieServer:
     def _auth(self, conn: _Connection, cmd: c.BkAuth) -> None:
         """Authenticate the connection (R80-R82); refusals raise and so close it. With
         authentication off, credentials are accepted unread (a client may be ahead of its bookies)."""
-        rid = _int(cmd, "rid")
+        rid = fields.int_field(cmd, "rid")
         if self._authenticator is not None:
             conn.identity = self._authenticator.authenticate(cmd.get("auth_method"), cmd.get("auth_data"))
             self._schedule_expiry(conn, conn.identity.expires_at)
@@ -303,13 +288,16 @@ class BookieServer:
         task.add_done_callback(self._expiring.discard)
 
     def _add(self, conn: _Connection, cmd: c.BkAdd) -> None:
-        rid = _int(cmd, "rid")
-        args = (_int(cmd, "ledger"), _int(cmd, "entry"), _bytes(cmd, "data"), _int(cmd, "crc"))
-        lac = _int(cmd, "lac", -1)
+        rid = fields.int_field(cmd, "rid")
+        args = (
+            fields.int_field(cmd, "ledger"),
+            fields.int_field(cmd, "entry"),
+            fields.bytes_field(cmd, "data"),
+            fields.int_field(cmd, "crc"),
+        )
+        lac = fields.int_field(cmd, "lac", -1)
         try:
-            if not -1 <= lac <= _I64_MAX:  # stored as a signed 64-bit: out of range would fail the whole group commit
-                raise InvalidCommand(f"lac must be -1 or an entry id, got {lac}")
-            fut = self._storage.add_nowait(*args, lac, recovery=bool(cmd.get("recovery", False)))
+            fut = self._storage.add_nowait(*args, fields.add_lac(lac), recovery=bool(cmd.get("recovery", False)))
         except MagnetarError as exc:
             conn.fail(rid, exc)
             return
@@ -317,8 +305,8 @@ class BookieServer:
         fut.add_done_callback(lambda f: self._answer(conn, rid, f))
 
     def _read_cmd(self, conn: _Connection, cmd: c.BkRead) -> None:
-        rid = _int(cmd, "rid")
-        ledger, entry = _int(cmd, "ledger"), _int(cmd, "entry")
+        rid = fields.int_field(cmd, "rid")
+        ledger, entry = fields.int_field(cmd, "ledger"), fields.int_field(cmd, "entry")
         if cmd.get("fence"):
             fenced = self._storage.fence_nowait(ledger)
             conn.track(fenced)
@@ -327,21 +315,21 @@ class BookieServer:
             self._read(conn, rid, ledger, entry)
 
     def _read_lac(self, conn: _Connection, cmd: c.BkReadLac) -> None:
-        rid = _int(cmd, "rid")
+        rid = fields.int_field(cmd, "rid")
         try:
-            conn.send(c.bk_lac_response(rid, self._storage.read_lac_sync(_int(cmd, "ledger"))))
+            conn.send(c.bk_lac_response(rid, self._storage.read_lac_sync(fields.int_field(cmd, "ledger"))))
         except MagnetarError as exc:
             conn.fail(rid, exc)
 
     def _fence(self, conn: _Connection, cmd: c.BkFence) -> None:
-        rid = _int(cmd, "rid")
-        fence = self._storage.fence_nowait(_int(cmd, "ledger"))
+        rid = fields.int_field(cmd, "rid")
+        fence = self._storage.fence_nowait(fields.int_field(cmd, "ledger"))
         conn.track(fence)
         fence.add_done_callback(lambda f: self._answer_lac(conn, rid, f))
 
     def _delete(self, conn: _Connection, cmd: c.BkDelete) -> None:
-        rid = _int(cmd, "rid")
-        delete = self._storage.delete_ledger_nowait(_int(cmd, "ledger"))
+        rid = fields.int_field(cmd, "rid")
+        delete = self._storage.delete_ledger_nowait(fields.int_field(cmd, "ledger"))
         conn.track(delete)
         delete.add_done_callback(lambda f: self._answer(conn, rid, f))
 
