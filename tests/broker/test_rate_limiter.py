@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from magnetar.broker.policies.model import FIELDS, POLICY_ENDPOINTS, PolicyError, normalize, rate_limit, unenforced
+from magnetar.broker.policies import rate_limit
+from magnetar.broker.policies.model import FIELDS, POLICY_ENDPOINTS, PolicyError, normalize, unenforced
 from magnetar.broker.policies.rate_limit import (
     DispatchGate,
     DispatchLimiter,
