@@ -6,8 +6,8 @@ switch per frame. Outgoing frames are buffered and written once per event-loop i
 
 Bad input never reaches storage: an undecodable or oversized frame, a value that is not a
 command, or an unknown command gets one error frame and closes this connection only. Fields of
-known commands are checked here, before anything reaches a subscription (Key_Shared ranges,
-batch-index acks, reader start ids): a bad one is ``InvalidCommand`` for that request.
+known commands are checked (``protocol.fields``) before anything reaches a subscription (Key_Shared
+ranges, batch-index acks, reader start ids): a bad one is ``InvalidCommand`` for that request.
 
 Readers (``subscribe`` with ``durable: false``, WIRE.md R20f) start from ``start_message_id``
 ([ledger, entry, batch]); ``reader_start`` turns it into the mark-delete position of their
@@ -49,6 +49,7 @@ from magnetar.broker.topics.producer import ServerProducer
 from magnetar.broker.topics.producer_access import access_mode_of, epoch_of, producer_metadata
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol import commands as c
+from magnetar.protocol import fields
 from magnetar.protocol.checksum import crc32c
 from magnetar.protocol.entry import EntryMeta, decode_entry
 from magnetar.protocol.errors import (
@@ -73,90 +74,9 @@ FATAL_LINGER_SECONDS = 2.0  # a refused connection is closed by then even if the
 _ids = itertools.count(1)
 _MAX_BATCH_MESSAGES = 2**31 - 1  # meta.n of one entry
 _MAX_EPOCH = 2**63 - 1  # a producer's topic epoch
-_MAX_ID = 2**63 - 1  # a ledger or entry id
 # Generated producer names carry this process's token: names must not repeat across brokers and
 # restarts, since deduplication is keyed by them.
 _NAME_TOKEN = secrets.token_hex(3)
-
-
-def _int(value: Any, what: str) -> int:
-    """An integer field (msgpack gives ints; a bool or anything else is refused)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidCommand(f"{what} must be an integer, got {value!r}")
-    return value
-
-
-def _id_part(value: Any, what: str) -> int:
-    """A ledger or entry id of a position: an int64 like Pulsar's, -1 allowed (before the first).
-    Out of that range a cursor would keep a position no frame can carry (its mark-delete in
-    ``last_message_id_response``), found by tests/fuzz/test_broker.py."""
-    number = _int(value, what)
-    if not -1 <= number <= _MAX_ID:
-        raise InvalidCommand(f"{what} must be within -1..{_MAX_ID}, got {number}")
-    return number
-
-
-def key_ranges_of(raw: Any) -> list[tuple[int, int]] | None:
-    """Validate Key_Shared ``key_ranges``: [start, end] pairs, 0 <= start <= end < KEY_HASH_RANGE,
-    not overlapping one another (Pulsar's KeySharedPolicy.validate)."""
-    if raw is None:
-        return None
-    if not isinstance(raw, (list, tuple)):
-        raise InvalidCommand(f"key_ranges must be a list of [start, end] pairs, got {raw!r}")
-    ranges: list[tuple[int, int]] = []
-    for item in raw:
-        if not isinstance(item, (list, tuple)) or len(item) != 2:
-            raise InvalidCommand(f"a key range is a [start, end] pair, got {item!r}")
-        start, end = _int(item[0], "a key range start"), _int(item[1], "a key range end")
-        if not 0 <= start <= end < c.KEY_HASH_RANGE:
-            raise InvalidCommand(
-                f"key range [{start}, {end}] is not within 0..{c.KEY_HASH_RANGE - 1} with start <= end"
-            )
-        ranges.append((start, end))
-    ordered = sorted(ranges)
-    for (_, end), (start, _) in itertools.pairwise(ordered):
-        if start <= end:
-            raise InvalidCommand(f"key ranges overlap: {ordered}")
-    return ranges
-
-
-def batch_acks_of(raw: Any) -> list[tuple[Position, int, list[int]]]:
-    """Validate ``batch_acks``: [[ledger, entry, count, [index, ...]], ...] with count >= 1 and
-    every index in 0..count-1."""
-    if raw is None:
-        return []
-    if not isinstance(raw, (list, tuple)):
-        raise InvalidCommand(f"batch_acks must be a list, got {raw!r}")
-    out: list[tuple[Position, int, list[int]]] = []
-    for item in raw:
-        if not isinstance(item, (list, tuple)) or len(item) != 4 or not isinstance(item[3], (list, tuple)):
-            raise InvalidCommand(f"a batch ack is [ledger, entry, count, [index, ...]], got {item!r}")
-        ledger, entry, count = _id_part(item[0], "ledger"), _id_part(item[1], "entry"), _int(item[2], "count")
-        if count < 1:
-            raise InvalidCommand(f"a batch ack's count must be at least 1, got {count}")
-        indexes = [_int(i, "batch index") for i in item[3]]
-        if any(not 0 <= i < count for i in indexes):
-            raise InvalidCommand(f"batch indexes {indexes} are not all within 0..{count - 1}")
-        out.append((Position(ledger, entry), count, indexes))
-    return out
-
-
-def positions_of(raw: Any) -> list[Position]:
-    """Validate the positions of an ``ack`` or ``redeliver``: [[ledger, entry], ...]."""
-    if not isinstance(raw, (list, tuple)) or any(not isinstance(p, (list, tuple)) or len(p) != 2 for p in raw):
-        raise InvalidCommand(f"positions must be [[ledger, entry], ...], got {raw!r:.100}")
-    return [Position(_id_part(p[0], "ledger"), _id_part(p[1], "entry")) for p in raw]
-
-
-def message_id_of(raw: Any) -> tuple[int, int, int] | None:
-    """A wire message id [ledger, entry, batch] (batch may be left out: -1)."""
-    if raw is None:
-        return None
-    if not isinstance(raw, (list, tuple)) or len(raw) not in (2, 3):
-        raise InvalidCommand(f"a message id is [ledger, entry, batch], got {raw!r}")
-    ledger, entry = _id_part(raw[0], "ledger"), _id_part(raw[1], "entry")
-    batch = _int(raw[2], "batch index") if len(raw) == 3 else -1
-    return ledger, entry, batch
 
 
 def reader_start(ml: ManagedLedger, start: tuple[int, int, int] | None, inclusive: bool, earliest: bool) -> Position:
@@ -614,15 +534,15 @@ class ServerConnection(asyncio.Protocol):
                 "subscription name must be 1-1024 printable characters without '/', "
                 f"not '.' or '..': {sub_name[:100]!r}"
             )
-        priority_level = _int(cmd.get("priority_level", 0), "priority_level")
+        priority_level = fields.integer(cmd.get("priority_level", 0), "priority_level")
         key_shared_mode = cmd.get("key_shared_mode")
         if key_shared_mode is not None and key_shared_mode not in (c.KEY_SHARED_AUTO_SPLIT, c.KEY_SHARED_STICKY):
             raise InvalidCommand(f"key_shared_mode must be AUTO_SPLIT or STICKY, got {key_shared_mode!r}")
-        key_ranges = key_ranges_of(cmd.get("key_ranges"))
+        key_ranges = fields.key_ranges_of(cmd.get("key_ranges"))
         if key_shared_mode == c.KEY_SHARED_STICKY and not key_ranges:
             raise InvalidCommand("a STICKY Key_Shared consumer must declare key_ranges")
         durable = bool(cmd.get("durable", True))
-        start = message_id_of(cmd.get("start_message_id"))
+        start = fields.message_id_of(cmd.get("start_message_id"))
         inclusive = bool(cmd.get("start_inclusive", False))
         earliest = cmd.get("initial_position", "Latest") == "Earliest"
         read_compacted = bool(cmd.get("read_compacted", False))
@@ -715,8 +635,10 @@ class ServerConnection(asyncio.Protocol):
         kind = str(cmd["kind"])
         if kind not in (c.ACK_INDIVIDUAL, c.ACK_CUMULATIVE):
             raise InvalidCommand(f"ack kind must be individual or cumulative, got {kind!r}")
-        positions = positions_of(cmd["positions"])
-        batch_acks = batch_acks_of(cmd.get("batch_acks"))
+        positions = [Position(*p) for p in fields.positions_of(cmd["positions"])]
+        batch_acks = [
+            (Position(*p), count, indexes) for p, count, indexes in fields.batch_acks_of(cmd.get("batch_acks"))
+        ]
         fut = sub.ack(consumer, kind, positions, batch_acks)
         rid = cmd.get("rid")
         if rid is None:
@@ -734,7 +656,7 @@ class ServerConnection(asyncio.Protocol):
     def _redeliver(self, cmd: c.Redeliver) -> None:
         consumer, sub, _ = self._consumer(cmd["consumer_id"])
         raw = cmd.get("positions")
-        positions = None if raw is None else positions_of(raw)
+        positions = None if raw is None else [Position(*p) for p in fields.positions_of(raw)]
         sub.negative_ack(consumer, positions)
 
     def _close_consumer(self, cmd: c.CloseConsumer) -> None:
@@ -765,10 +687,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _seek(self, cmd: c.Seek) -> None:
         _consumer, sub, _ = self._consumer(cmd["consumer_id"])
-        position = cmd["position"]
-        if not isinstance(position, (list, tuple)) or len(position) != 2:
-            raise InvalidCommand(f"a seek position is [ledger, entry], got {position!r:.100}")
-        lid, eid = _id_part(position[0], "ledger"), _id_part(position[1], "entry")
+        lid, eid = fields.seek_position_of(cmd["position"])
         if isinstance(sub, NonPersistentSubscription):  # R43b: nothing stored, nothing to rewind
             self.write(c.success(cmd["rid"]))
             return
@@ -786,7 +705,7 @@ class ServerConnection(asyncio.Protocol):
         """R20a: deliver again from the first entry published at or after ``publish_time``
         (binary search on publish times, then a bounded walk back: managed_ledger/search.py)."""
         _consumer, sub, _ = self._consumer(cmd["consumer_id"])
-        publish_time = _int(cmd["publish_time"], "publish_time")
+        publish_time = fields.integer(cmd["publish_time"], "publish_time")
         if isinstance(sub, NonPersistentSubscription):  # R43b, as seek
             self.write(c.success(cmd["rid"]))
             return
@@ -828,7 +747,7 @@ class ServerConnection(asyncio.Protocol):
         broker answers, the registry being in the metadata store."""
         name = TopicName.parse(cmd["topic"])
         raw = cmd.get("version")
-        version = None if raw is None else _int(raw, "version")
+        version = None if raw is None else fields.integer(raw, "version")
 
         async def run() -> None:
             await authz.check_lookup(self.service, name, self.auth_role)  # as lookup (R70)
