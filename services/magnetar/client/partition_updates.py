@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from magnetar.client.lifecycle.tasks import cancel_and_wait
+from magnetar.client.tasks import cancel_and_wait
 from magnetar.protocol.errors import MagnetarError
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable
 
-from magnetar.client.lifecycle.tasks import cancel_and_wait
 from magnetar.client.options import RegexSubscriptionMode
+from magnetar.client.tasks import cancel_and_wait
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import InvalidTopicName, MagnetarError
 from magnetar.protocol.topic_name import DEFAULT_NAMESPACE, DEFAULT_TENANT, NON_PERSISTENT, PERSISTENT, TopicName

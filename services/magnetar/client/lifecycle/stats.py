@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from magnetar.client.lifecycle.tasks import cancel_and_wait
+from magnetar.client.tasks import cancel_and_wait
 
 log = logging.getLogger("magnetar.client.lifecycle.stats")
 

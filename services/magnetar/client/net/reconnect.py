@@ -33,8 +33,8 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from magnetar.client.lifecycle.tasks import cancel_and_wait
 from magnetar.client.net.connect_deadline import as_connect_error, give_up_at
+from magnetar.client.tasks import cancel_and_wait
 from magnetar.protocol.errors import (
     ConsumerBusy,
     MagnetarError,
