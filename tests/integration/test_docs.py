@@ -67,12 +67,20 @@ def test_python_block_runs_twice(name: str, index: int, standalone: StandalonePr
     script.write_text(code)
     for attempt in ("first", "second"):
         # Run outside the repository so that only the installed package is importable.
-        done = subprocess.run(
-            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
-        )
+        done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (
             f"{name} block {index} failed on its {attempt} run:\n{code}\n--- stderr:\n{done.stderr}"
         )
+
+
+def test_conformance_reasons_point_at_anchors_of_coming_from_pulsar() -> None:
+    """The conformance test's expected failures name a difference by its anchor; each must exist."""
+    conformance = (ROOT / "tests" / "client" / "test_conformance.py").read_text()
+    named = set(re.findall(r'difference\("([a-z0-9-]+)"\)', conformance))
+    page = (ROOT / "docs" / "coming-from-pulsar.md").read_text()
+    anchors = set(re.findall(r"\{#([a-z0-9-]+)\}", page))
+    assert named, "expected the conformance test to name its differences"
+    assert named <= anchors, f"anchors missing from docs/coming-from-pulsar.md: {sorted(named - anchors)}"
 
 
 @pytest.mark.timeout(600)
