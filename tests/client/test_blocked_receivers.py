@@ -21,7 +21,7 @@ from tests.support.polling import wait_for
 from tests.support.standalone import StandaloneProcess
 
 import magnetar as pulsar
-from magnetar.client.blocking.blocked_receivers import BlockedReceivers
+from magnetar.client.consumer.blocked_receivers import BlockedReceivers
 from magnetar.protocol.errors import AlreadyClosed, MagnetarError, Timeout
 
 DEADLINE = 20.0

@@ -20,13 +20,12 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from magnetar.client.consumer.blocked_receivers import POLL_SECONDS
 from magnetar.protocol.errors import AlreadyClosed, Interrupted
 
 __all__ = ["POLL_SECONDS", "wait_event", "wait_future"]
 
 T = TypeVar("T")
-# How often a waiting call looks whether the loop thread is still there (pulsar-client: 100 ms).
-POLL_SECONDS = 0.1
 
 
 def wait_future(fut: concurrent.futures.Future[T], alive: Callable[[], bool]) -> T:

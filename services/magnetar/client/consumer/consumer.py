@@ -48,11 +48,11 @@ from datetime import timedelta
 from itertools import repeat
 from typing import Any
 
-from magnetar.client.blocking.blocked_receivers import BlockedReceivers
 from magnetar.client.chunking import ChunkAssembler, ChunkedMessage, is_chunk
 from magnetar.client.config.consumer import ConsumerConfig
 from magnetar.client.consumer.acks import BatchAckTracker, FlowPermits, Position
 from magnetar.client.consumer.batch_receive import collect
+from magnetar.client.consumer.blocked_receivers import BlockedReceivers
 from magnetar.client.consumer.dead_letter import (
     DELAY_TIME,
     RECONSUMETIMES,

@@ -12,9 +12,12 @@ loop thread is not woken at all to start the wait. The order of the two sides ma
 impossible: the caller registers *then* looks at the queue again; the loop thread queues *then*
 looks for sleepers. Whichever comes second sees the other's step.
 
-The rest of what a blocking call owes its caller is kept (``waiting.py``): the wait is cut into
-``POLL_SECONDS`` slices so that a signal raises ``Interrupted`` and a dead loop thread raises
-``AlreadyClosed``.
+The rest of what a blocking call owes its caller is kept (as in ``blocking/waiting.py``): the
+wait is cut into ``POLL_SECONDS`` slices so that a signal raises ``Interrupted`` and a dead loop
+thread raises ``AlreadyClosed``.
+
+It lives with the consumer, not with the blocking facade, because the consumer's delivery is what
+wakes the sleepers: the consumer's queue must not depend on the facade built on top of it.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
-from magnetar.client.blocking.waiting import POLL_SECONDS
 from magnetar.protocol.errors import AlreadyClosed, Interrupted, MagnetarError, Timeout
 
-__all__ = ["BlockedReceivers"]
+__all__ = ["POLL_SECONDS", "BlockedReceivers"]
 
 T = TypeVar("T")
+# How often a waiting call looks whether the loop thread is still there (pulsar-client: 100 ms).
+POLL_SECONDS = 0.1
 
 
 class BlockedReceivers:
