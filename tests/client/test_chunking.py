@@ -25,8 +25,9 @@ from tests.support.admin import sub_stats
 from tests.support.standalone import StandaloneProcess
 
 from magnetar.client import aio
-from magnetar.client.chunking import ChunkAssembler, ChunkedSendReceipt, chunk_uuid, make_chunk_batches, split_payload
+from magnetar.client.consumer.chunks import ChunkAssembler
 from magnetar.client.options import InitialPosition, Result
+from magnetar.client.producer.chunking import ChunkedSendReceipt, chunk_uuid, make_chunk_batches, split_payload
 from magnetar.client.producer.producer import PartitionProducer
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.batch import encode_batch

@@ -48,11 +48,11 @@ from datetime import timedelta
 from itertools import repeat
 from typing import Any
 
-from magnetar.client.chunking import ChunkAssembler, ChunkedMessage, is_chunk
 from magnetar.client.config.consumer import ConsumerConfig
 from magnetar.client.consumer.acks import BatchAckTracker, FlowPermits, Position
 from magnetar.client.consumer.batch_receive import collect
 from magnetar.client.consumer.blocked_receivers import BlockedReceivers
+from magnetar.client.consumer.chunks import ChunkAssembler, ChunkedMessage, is_chunk
 from magnetar.client.consumer.dead_letter import (
     DELAY_TIME,
     RECONSUMETIMES,
@@ -189,7 +189,7 @@ class PartitionConsumer(Attachment):
         # A seek in progress: entries pushed before its answer belong to the old position.
         self._seek_fut: asyncio.Future[Any] | None = None
         self._dropped_by_seek: list[Position] = []
-        # Chunked messages (``chunking``): the messages being assembled; the chunks of each one
+        # Chunked messages (``chunks``): the messages being assembled; the chunks of each one
         # delivered, by its last chunk's position (an ack, nack or redelivery of it covers them all);
         # the timer that expires incomplete ones. Kept across reconnects: a redelivered first chunk
         # restarts its message, and a reader resuming after its last message finds its earlier chunks.
@@ -398,7 +398,7 @@ class PartitionConsumer(Attachment):
         self._on_filtered_entry(info, records, acked or (), batched)
 
     def _on_chunk(self, frame: cmds.Message, meta: EntryMeta, position: Position) -> None:
-        """One chunk of a chunked message (``chunking``): buffer it, deliver the message once whole.
+        """One chunk of a chunked message (``chunks``): buffer it, deliver the message once whole.
 
         Every chunk but the one that completes a message gives its permit back at once (the
         application never sees it), as Pulsar's consumer does. Chunks before where this consumer

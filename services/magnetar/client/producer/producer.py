@@ -29,13 +29,13 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from magnetar.client.chunking import ChunkedSendReceipt, chunk_uuid, make_chunk_batches, split_payload
 from magnetar.client.encryption.crypto import Encryptor
 from magnetar.client.errors import ProducerQueueIsFull
 from magnetar.client.net.connection import Connection
 from magnetar.client.net.reconnect import Attachment, Resolver
 from magnetar.client.options import BatchingType, HashingScheme, PartitionsRoutingMode, ProducerAccessMode
 from magnetar.client.producer.batch_builder import RECORD_OVERHEAD, Batch, KeyedBatches, SendCallback, SendReceipt
+from magnetar.client.producer.chunking import ChunkedSendReceipt, chunk_uuid, make_chunk_batches, split_payload
 from magnetar.client.producer.routing import (
     DEFAULT_HASHING_SCHEME,
     CustomRouter,
@@ -280,7 +280,7 @@ class PartitionProducer(Attachment):
         self._compression = config.compression_type
         # The producer's schema (shared by its partitions: one registry version); None for bytes.
         self._schema = config.schema_codec
-        # Chunking (``client.chunking``) as the C++ client under pulsar-client decides it: asked for,
+        # Chunking (``producer/chunking.py``) as the C++ client under pulsar-client decides it: asked for,
         # batching off (``ProducerConfig`` turns it off for chunking), and a persistent topic.
         self._chunking = (
             config.chunking_enabled and not config.batching_enabled and not topic.startswith("non-persistent:")
