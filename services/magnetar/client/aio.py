@@ -34,9 +34,11 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from magnetar.client.config.arguments import check_producer_arguments, check_subscribe_arguments
-from magnetar.client.config.client import ClientSettings
-from magnetar.client.config.consumer import ConsumerConfig
+from magnetar.client.config.client import CLIENT_OPTIONS, MAX_LOOKUP_REDIRECTS, ClientSettings
+from magnetar.client.config.client import DEFAULT_SERVICE_URL as DEFAULT_SERVICE_URL  # the CLI's default too
+from magnetar.client.config.consumer import SUBSCRIBE_OPTIONS, ConsumerConfig
+from magnetar.client.config.option_list import Flavour
+from magnetar.client.config.producer import PRODUCER_OPTIONS
 from magnetar.client.consumer.acks import FlowPermits
 from magnetar.client.consumer.consumer import Consumer, PartitionConsumer
 from magnetar.client.consumer.dead_letter import retry_letter_topic
@@ -114,9 +116,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-DEFAULT_SERVICE_URL = "magnetar://127.0.0.1:6650"
-MAX_LOOKUP_REDIRECTS = 8
-
 
 class Client:
     """Entry point: creates producers and consumers, owns the connections to brokers.
@@ -162,18 +161,11 @@ class Client:
         logger: Any = None,
         listener_name: str | None = None,
     ) -> None:
+        arguments = locals()
         if authentication is not None and not isinstance(authentication, Authentication):
             raise ValueError("authentication must be an Authentication (e.g. AuthenticationToken)")
-        # pulsar-client's client-wide options (client_config.py); the provider / URL (service_target.py).
-        self._settings = ClientSettings(
-            io_threads=io_threads,
-            message_listener_threads=message_listener_threads,
-            concurrent_lookup_requests=concurrent_lookup_requests,
-            log_conf_file_path=log_conf_file_path,
-            stats_interval_in_seconds=stats_interval_in_seconds,
-            logger=logger,
-            listener_name=listener_name,
-        )
+        # pulsar-client's client-wide options (config.client); the provider / URL (service_target.py).
+        self._settings = ClientSettings(**CLIENT_OPTIONS.forward(arguments, to=Flavour.CONFIG))
         self._provider = as_provider(service_url)
         info = (
             self._provider.initial_service_info()
@@ -519,31 +511,9 @@ class Client:
         ``await send_async(...)``. On a partitioned topic the producer attaches to partitions added
         later within ``partitions_update_interval`` (a ``Client`` option).
         """
-        check_producer_arguments(locals())  # pulsar-client's ValueErrors (arguments.py)
-        config = ProducerConfig(
-            producer_name=producer_name,
-            schema=schema,
-            initial_sequence_id=initial_sequence_id,
-            send_timeout_millis=send_timeout_millis,
-            compression_type=compression_type,
-            max_pending_messages=max_pending_messages,
-            max_pending_messages_across_partitions=max_pending_messages_across_partitions,
-            block_if_queue_full=block_if_queue_full,
-            batching_enabled=batching_enabled,
-            batching_max_messages=batching_max_messages,
-            batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
-            batching_max_publish_delay_ms=batching_max_publish_delay_ms,
-            chunking_enabled=chunking_enabled,
-            message_routing_mode=message_routing_mode,
-            lazy_start_partitioned_producers=lazy_start_partitioned_producers,
-            properties=properties,
-            batching_type=batching_type,
-            encryption_key=encryption_key,
-            crypto_key_reader=crypto_key_reader,
-            access_mode=access_mode,
-            message_router=message_router,
-            hashing_scheme=hashing_scheme,
-        )
+        arguments = locals()
+        PRODUCER_OPTIONS.check(arguments)  # pulsar-client's ValueErrors (config.producer)
+        config = ProducerConfig(**PRODUCER_OPTIONS.forward(arguments, to=Flavour.CONFIG))
         name = TopicName.parse(topic)
         partitions = await self._partitions(name)
         parts = await self._partition_producers(name, self._targets(name, partitions), config)
@@ -671,40 +641,10 @@ class Client:
         With ``retry_enable`` the consumer also reads its retry topic,
         ``{first topic}-{subscription}-RETRY`` (not for a pattern, as in Pulsar's Java client).
         """
-        check_subscribe_arguments(locals())  # pulsar-client's ValueErrors (arguments.py)
+        arguments = locals()
+        SUBSCRIBE_OPTIONS.check(arguments)  # pulsar-client's ValueErrors (config.consumer)
         pattern = _topic_pattern(topic, is_pattern_topic)
-        config = ConsumerConfig(
-            subscription_name,
-            consumer_type,
-            schema=schema,
-            receiver_queue_size=receiver_queue_size,
-            max_total_receiver_queue_size_across_partitions=max_total_receiver_queue_size_across_partitions,
-            consumer_name=consumer_name,
-            unacked_messages_timeout_ms=unacked_messages_timeout_ms,
-            broker_consumer_stats_cache_time_ms=broker_consumer_stats_cache_time_ms,
-            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
-            is_read_compacted=is_read_compacted,
-            properties=properties,
-            pattern_auto_discovery_period=pattern_auto_discovery_period,
-            initial_position=initial_position,
-            crypto_key_reader=crypto_key_reader,
-            replicate_subscription_state_enabled=replicate_subscription_state_enabled,
-            max_pending_chunked_message=max_pending_chunked_message,
-            auto_ack_oldest_chunked_message_on_queue_full=auto_ack_oldest_chunked_message_on_queue_full,
-            start_message_id_inclusive=start_message_id_inclusive,
-            batch_receive_policy=batch_receive_policy,
-            key_shared_policy=key_shared_policy,
-            batch_index_ack_enabled=batch_index_ack_enabled,
-            regex_subscription_mode=regex_subscription_mode,
-            dead_letter_policy=dead_letter_policy,
-            crypto_failure_action=crypto_failure_action,
-            retry_enable=retry_enable,
-            negative_ack_redelivery_backoff=negative_ack_redelivery_backoff,
-            ack_timeout_redelivery_backoff=ack_timeout_redelivery_backoff,
-            ack_timeout_tick_time_ms=ack_timeout_tick_time_ms,
-            priority_level=priority_level,
-            expire_time_of_incomplete_chunked_message_ms=expire_time_of_incomplete_chunked_message_ms,
-        )
+        config = ConsumerConfig(**SUBSCRIBE_OPTIONS.forward(arguments, to=Flavour.CONFIG))
         if dead_letter_policy is not None or retry_enable:
             config.producer_factory = self._letter_producer
             config.subscriber_factory = self._ensure_subscription

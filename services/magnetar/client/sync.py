@@ -28,14 +28,12 @@ from magnetar import event_loop, write_batch
 from magnetar.client import aio
 from magnetar.client.blocking.listener_pool import ListenerPool, Pump
 from magnetar.client.blocking.waiting import wait_event, wait_future
-from magnetar.client.config.arguments import (
-    check_message_arguments,
-    check_producer_arguments,
-    check_reader_arguments,
-    check_service_url,
-    check_subscribe_arguments,
-    check_type,
-)
+from magnetar.client.config.arguments import check_message_arguments, check_service_url
+from magnetar.client.config.client import CLIENT_OPTIONS, DEFAULT_SERVICE_URL
+from magnetar.client.config.consumer import SUBSCRIBE_OPTIONS
+from magnetar.client.config.option_list import Flavour
+from magnetar.client.config.producer import PRODUCER_OPTIONS
+from magnetar.client.config.reader import READER_OPTIONS, TABLE_VIEW_OPTIONS
 from magnetar.client.consumer.consumer import PartitionConsumer
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError, ProducerQueueIsFull
 from magnetar.client.message import Message
@@ -140,7 +138,7 @@ class Client:
 
     def __init__(
         self,
-        service_url: str | ServiceInfoProvider = aio.DEFAULT_SERVICE_URL,
+        service_url: str | ServiceInfoProvider = DEFAULT_SERVICE_URL,
         authentication: Authentication | None = None,
         operation_timeout_seconds: float = 30,
         io_threads: int = 1,
@@ -163,32 +161,11 @@ class Client:
         keep_alive_interval_seconds: float = 30,
         partitions_update_interval: float = DEFAULT_PARTITIONS_UPDATE_INTERVAL,
     ) -> None:
+        arguments = locals()
         if isinstance(service_url, str):
             check_service_url(service_url)  # "fakeServiceUrl": ValueError now, as pulsar-client's
         # Built before the loop thread, so a bad TLS path or argument leaves no thread behind.
-        client = aio.Client(
-            service_url,
-            authentication=authentication,
-            use_tls=use_tls,
-            tls_trust_certs_file_path=tls_trust_certs_file_path,
-            tls_allow_insecure_connection=tls_allow_insecure_connection,
-            tls_validate_hostname=tls_validate_hostname,
-            tls_private_key_file_path=tls_private_key_file_path,
-            tls_certificate_file_path=tls_certificate_file_path,
-            operation_timeout_seconds=operation_timeout_seconds,
-            connection_timeout_ms=connection_timeout_ms,
-            initial_backoff_interval_ms=initial_backoff_interval_ms,
-            max_backoff_interval_ms=max_backoff_interval_ms,
-            keep_alive_interval_seconds=keep_alive_interval_seconds,
-            partitions_update_interval=partitions_update_interval,
-            io_threads=io_threads,
-            message_listener_threads=message_listener_threads,
-            concurrent_lookup_requests=concurrent_lookup_requests,
-            log_conf_file_path=log_conf_file_path,
-            stats_interval_in_seconds=stats_interval_in_seconds,
-            logger=logger,
-            listener_name=listener_name,
-        )
+        client = aio.Client(**CLIENT_OPTIONS.forward(arguments, to=Flavour.ASYNCIO))
         self._lt = _LoopThread()
         self._client = client
         self._closed = False
@@ -239,34 +216,11 @@ class Client:
         ``hashing_scheme``, Magnetar's (``producer.ProducerConfig`` has the list).
         ``message_router(msg, num_partitions)`` runs on the client's loop thread.
         """
-        check_producer_arguments(locals())
-        producer = self._lt.run(
-            self._client.create_producer(
-                topic,
-                producer_name,
-                schema,
-                initial_sequence_id,
-                send_timeout_millis,
-                compression_type,
-                max_pending_messages,
-                max_pending_messages_across_partitions,
-                True,  # the blocking wrapper applies block_if_queue_full itself, before the loop
-                batching_enabled,
-                batching_max_messages,
-                batching_max_allowed_size_in_bytes,
-                batching_max_publish_delay_ms,
-                chunking_enabled,
-                message_routing_mode,
-                lazy_start_partitioned_producers,
-                properties,
-                batching_type,
-                encryption_key,
-                crypto_key_reader,
-                access_mode,
-                message_router,
-                hashing_scheme=hashing_scheme,
-            )
-        )
+        arguments = locals()
+        PRODUCER_OPTIONS.check(arguments)
+        # The blocking wrapper applies block_if_queue_full itself, before the loop.
+        forwarded = PRODUCER_OPTIONS.forward(arguments, to=Flavour.ASYNCIO, block_if_queue_full=True)
+        producer = self._lt.run(self._client.create_producer(**forwarded))
         return Producer(self._lt, producer, max_pending_messages, block_if_queue_full)
 
     def subscribe(
@@ -313,44 +267,9 @@ class Client:
         (``listener_pool``), and ``receive`` / ``batch_receive`` then raise ``InvalidConfiguration``,
         as in pulsar-client.
         """
-        check_subscribe_arguments(locals())
-        if message_listener is not None and not callable(message_listener):
-            raise ValueError("message_listener must be callable(consumer, message)")
-        consumer = self._lt.run(
-            self._client.subscribe(
-                topic,
-                subscription_name,
-                consumer_type,
-                schema,
-                receiver_queue_size,
-                max_total_receiver_queue_size_across_partitions,
-                consumer_name,
-                unacked_messages_timeout_ms,
-                broker_consumer_stats_cache_time_ms,
-                negative_ack_redelivery_delay_ms,
-                is_read_compacted,
-                properties,
-                initial_position,
-                crypto_key_reader,
-                replicate_subscription_state_enabled,
-                max_pending_chunked_message,
-                auto_ack_oldest_chunked_message_on_queue_full,
-                start_message_id_inclusive,
-                batch_receive_policy,
-                key_shared_policy,
-                batch_index_ack_enabled,
-                regex_subscription_mode,
-                dead_letter_policy,
-                crypto_failure_action,
-                pattern_auto_discovery_period=pattern_auto_discovery_period,
-                retry_enable=retry_enable,
-                negative_ack_redelivery_backoff=negative_ack_redelivery_backoff,
-                ack_timeout_redelivery_backoff=ack_timeout_redelivery_backoff,
-                ack_timeout_tick_time_ms=ack_timeout_tick_time_ms,
-                priority_level=priority_level,
-                expire_time_of_incomplete_chunked_message_ms=expire_time_of_incomplete_chunked_message_ms,
-            )
-        )
+        arguments = locals()
+        SUBSCRIBE_OPTIONS.check(arguments)
+        consumer = self._lt.run(self._client.subscribe(**SUBSCRIBE_OPTIONS.forward(arguments, to=Flavour.ASYNCIO)))
         wrapped = Consumer(self._lt, consumer, ConsumerType(consumer_type))
         if message_listener is not None:
             wrapped._start_listener(self._listeners, message_listener)
@@ -375,25 +294,11 @@ class Client:
         ``reader_listener(reader, message)`` is called on one of the client's
         ``message_listener_threads`` for every message (``read_next`` then raises ``InvalidConfiguration``).
         """
-        check_reader_arguments(locals())
-        check_type(MessageId, start_message_id, "start_message_id")
-        if reader_listener is not None and not callable(reader_listener):
-            raise ValueError("reader_listener must be callable(reader, message)")
-        reader = self._lt.run(
-            self._client.create_reader(
-                topic,
-                start_message_id,
-                schema,
-                None,
-                receiver_queue_size,
-                reader_name,
-                subscription_role_prefix,
-                is_read_compacted,
-                crypto_key_reader,
-                start_message_id_inclusive,
-                crypto_failure_action,
-            )
-        )
+        arguments = locals()
+        READER_OPTIONS.check(arguments)
+        # The blocking listener runs on the listener threads, not on the loop.
+        forwarded = READER_OPTIONS.forward(arguments, to=Flavour.ASYNCIO, reader_listener=None)
+        reader = self._lt.run(self._client.create_reader(**forwarded))
         wrapped = Reader(self._lt, reader)
         if reader_listener is not None:
             wrapped._start_listener(self._listeners, reader_listener)
@@ -402,6 +307,7 @@ class Client:
     def create_table_view(self, topic: str, subscription_name: str | None = None, schema: Any = None) -> TableView:
         """The latest value per key of ``topic``, kept current (``table_view``); as
         ``pulsar.Client.create_table_view``, returning once the table holds the whole topic."""
+        TABLE_VIEW_OPTIONS.check(locals())
         return TableView.create(self._client, self._listeners, self._lt.run, topic, subscription_name, schema)
 
     def get_topic_partitions(self, topic: str) -> list[str]:
@@ -588,13 +494,13 @@ class Producer:
         else:
             payload = encode(content)  # the schema's TypeError for a wrong type
         check_message_arguments(
-            properties,
-            partition_key,
-            ordering_key,
-            sequence_id,
-            replication_clusters,
-            disable_replication,
-            event_timestamp,
+            properties=properties,
+            partition_key=partition_key,
+            ordering_key=ordering_key,
+            sequence_id=sequence_id,
+            replication_clusters=replication_clusters,
+            disable_replication=disable_replication,
+            event_timestamp=event_timestamp,
         )
         return payload
 

@@ -7,6 +7,10 @@ a subscription named "None", and ``producer_name=5`` is not silently turned into
 and tests written for it expect that ``ValueError``, so the checks and their wording are the same
 here. As in pulsar-client, ``bool`` passes for ``int`` (it is one in Python).
 
+Each option list (``option_list.py``) names the check of each of its options with the makers
+below (``of_type(int)``...); ``send``'s arguments, checked on the hot path, have their own
+function (``check_message_arguments``).
+
 The service URL is checked as the C++ client's ``ServiceURI`` does: a missing or unknown scheme is
 a ``ValueError`` when the ``Client`` is built, not a connection failure at the first lookup.
 """
@@ -16,25 +20,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from magnetar.client.options import (
-    BatchingType,
-    CompressionType,
-    ConsumerCryptoFailureAction,
-    ConsumerType,
-    InitialPosition,
-    PartitionsRoutingMode,
-    ProducerAccessMode,
-    RegexSubscriptionMode,
-)
+from magnetar.client.config.option_list import Check
 
 __all__ = [
+    "callable_or_none",
     "check_message_arguments",
-    "check_producer_arguments",
-    "check_reader_arguments",
     "check_service_url",
-    "check_subscribe_arguments",
+    "check_topics",
     "check_type",
     "check_type_or_none",
+    "of_type",
+    "of_type_or_none",
 ]
 
 SERVICE_URL_SCHEMES = ("pulsar", "pulsar+ssl", "magnetar", "magnetar+ssl", "http", "https")
@@ -73,6 +69,7 @@ def check_service_url(url: str) -> None:
 
 
 def check_message_arguments(
+    *,
     properties: Any,
     partition_key: Any,
     ordering_key: Any,
@@ -91,53 +88,35 @@ def check_message_arguments(
     check_type_or_none(int, event_timestamp, "event_timestamp")
 
 
-def check_producer_arguments(arguments: dict[str, Any]) -> None:
-    """The checks of ``Client.create_producer``, on its arguments by name (``locals()`` of the call)."""
-    check_type(str, arguments["topic"], "topic")
-    check_type_or_none(str, arguments["producer_name"], "producer_name")
-    check_type_or_none(int, arguments["initial_sequence_id"], "initial_sequence_id")
-    for name in ("send_timeout_millis", "max_pending_messages", "max_pending_messages_across_partitions"):
-        check_type(int, arguments[name], name)
-    for name in ("batching_max_messages", "batching_max_allowed_size_in_bytes"):
-        check_type(int, arguments[name], name)
-    check_type((int, float), arguments["batching_max_publish_delay_ms"], "batching_max_publish_delay_ms")
-    for name in ("block_if_queue_full", "batching_enabled", "chunking_enabled", "lazy_start_partitioned_producers"):
-        check_type(bool, arguments[name], name)
-    check_type_or_none(dict, arguments["properties"], "properties")
-    check_type_or_none(str, arguments["encryption_key"], "encryption_key")
-    check_type(CompressionType, arguments["compression_type"], "compression_type")
-    check_type(PartitionsRoutingMode, arguments["message_routing_mode"], "message_routing_mode")
-    check_type(BatchingType, arguments["batching_type"], "batching_type")
-    check_type(ProducerAccessMode, arguments["access_mode"], "access_mode")
+def of_type(var_type: type | tuple[type, ...]) -> Check:
+    """The check of an option that must be a ``var_type``."""
+
+    def check(value: object, name: str) -> None:
+        check_type(var_type, value, name)
+
+    return check
 
 
-def check_subscribe_arguments(arguments: dict[str, Any]) -> None:
-    """The checks of ``Client.subscribe``, on its arguments by name."""
-    topic = arguments["topic"]
-    if not isinstance(topic, str | list | tuple | re.Pattern):
-        raise ValueError("Argument 'topic' is expected to be of a type between (str, list, re.pattern)")
-    check_type(str, arguments["subscription_name"], "subscription_name")
-    check_type(ConsumerType, arguments["consumer_type"], "consumer_type")
-    check_type(InitialPosition, arguments["initial_position"], "initial_position")
-    check_type(RegexSubscriptionMode, arguments["regex_subscription_mode"], "regex_subscription_mode")
-    check_type(ConsumerCryptoFailureAction, arguments["crypto_failure_action"], "crypto_failure_action")
-    for name in ("receiver_queue_size", "max_total_receiver_queue_size_across_partitions"):
-        check_type(int, arguments[name], name)
-    check_type_or_none(str, arguments["consumer_name"], "consumer_name")
-    check_type_or_none(int, arguments["unacked_messages_timeout_ms"], "unacked_messages_timeout_ms")
-    check_type(int, arguments["broker_consumer_stats_cache_time_ms"], "broker_consumer_stats_cache_time_ms")
-    check_type_or_none(int, arguments["negative_ack_redelivery_delay_ms"], "negative_ack_redelivery_delay_ms")
-    check_type(int, arguments["pattern_auto_discovery_period"], "pattern_auto_discovery_period")
-    for name in ("is_read_compacted", "batch_index_ack_enabled"):
-        check_type(bool, arguments[name], name)
-    check_type_or_none(dict, arguments["properties"], "properties")
+def of_type_or_none(var_type: type | tuple[type, ...]) -> Check:
+    """The check of an option that must be None or a ``var_type``."""
+
+    def check(value: object, name: str) -> None:
+        check_type_or_none(var_type, value, name)
+
+    return check
 
 
-def check_reader_arguments(arguments: dict[str, Any]) -> None:
-    """The checks of ``Client.create_reader``, on its arguments by name (the start id by the caller)."""
-    check_type(str, arguments["topic"], "topic")
-    check_type(int, arguments["receiver_queue_size"], "receiver_queue_size")
-    check_type_or_none(str, arguments["reader_name"], "reader_name")
-    check_type_or_none(str, arguments["subscription_role_prefix"], "subscription_role_prefix")
-    check_type(bool, arguments["is_read_compacted"], "is_read_compacted")
-    check_type(ConsumerCryptoFailureAction, arguments["crypto_failure_action"], "crypto_failure_action")
+def callable_or_none(signature: str) -> Check:
+    """The check of a callback option (``message_listener``...): None or callable as ``signature`` says."""
+
+    def check(value: object, name: str) -> None:
+        if value is not None and not callable(value):
+            raise ValueError(f"{name} must be callable{signature}")
+
+    return check
+
+
+def check_topics(value: object, name: str) -> None:
+    """``subscribe``'s topic: a name, a list of names or a compiled pattern (pulsar-client's message)."""
+    if not isinstance(value, str | list | tuple | re.Pattern):
+        raise ValueError(f"Argument '{name}' is expected to be of a type between (str, list, re.pattern)")

@@ -1,4 +1,11 @@
-"""The ``Client`` options that shape the client itself rather than a producer or consumer.
+"""``Client(...)``'s options: the option list (``CLIENT_OPTIONS``) and the client-wide settings.
+
+``CLIENT_OPTIONS`` is the one definition of the ``Client`` options (``option_list.py``):
+pulsar-client 3.x's in ``pulsar.Client``'s order, names and defaults, then Magnetar's keyword-only
+ones. The asyncio ``Client`` takes them all as keywords (``pulsar.asyncio.Client`` forwards its
+keywords), plus ``max_lookup_redirects``.
+
+The options below shape the client itself rather than a producer or consumer.
 
 pulsar-client 3.x's ``Client`` takes ``io_threads``, ``message_listener_threads``,
 ``concurrent_lookup_requests``, ``log_conf_file_path``, ``stats_interval_in_seconds``, ``logger``
@@ -24,9 +31,55 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from magnetar.client import logger as client_logger
+from magnetar.client.config.option_list import Option, OptionList, Place, extension
 from magnetar.client.lifecycle.stats import StatsReporter
+from magnetar.client.partition_updates import DEFAULT_PARTITIONS_UPDATE_INTERVAL
 
-__all__ = ["ClientSettings"]
+__all__ = ["CLIENT_OPTIONS", "DEFAULT_SERVICE_URL", "MAX_LOOKUP_REDIRECTS", "ClientSettings"]
+
+DEFAULT_SERVICE_URL = "magnetar://127.0.0.1:6650"
+MAX_LOOKUP_REDIRECTS = 8
+
+
+_NO = Place.ABSENT
+
+
+def _option(name: str, default: Any, *, settings: bool = False) -> Option:
+    """pulsar-client's option: positional in the blocking flavour, a keyword in the asyncio one;
+    ``settings``: also one of ``ClientSettings``'s."""
+    return Option(name, default, asyncio=Place.KEYWORD, config=Place.KEYWORD if settings else _NO)
+
+
+# Checked where they are used: the service URL by the blocking facade (``check_service_url``), the
+# client-wide settings by ``ClientSettings``, the rest by the pieces they configure.
+CLIENT_OPTIONS = OptionList(
+    "Client",
+    [
+        Option("service_url", DEFAULT_SERVICE_URL, config=_NO),
+        _option("authentication", None),
+        _option("operation_timeout_seconds", 30),
+        _option("io_threads", 1, settings=True),
+        _option("message_listener_threads", 1, settings=True),
+        _option("concurrent_lookup_requests", 50000, settings=True),
+        _option("log_conf_file_path", None, settings=True),
+        _option("stats_interval_in_seconds", 600, settings=True),
+        _option("use_tls", False),
+        _option("tls_trust_certs_file_path", None),
+        _option("tls_allow_insecure_connection", False),
+        _option("tls_validate_hostname", False),
+        _option("logger", None, settings=True),
+        _option("connection_timeout_ms", 10000),
+        _option("listener_name", None, settings=True),
+        _option("tls_private_key_file_path", None),
+        _option("tls_certificate_file_path", None),
+        # ---- beyond pulsar-client
+        Option("max_lookup_redirects", MAX_LOOKUP_REDIRECTS, blocking=Place.ABSENT, asyncio=Place.KEYWORD, config=_NO),
+        extension("initial_backoff_interval_ms", 100, config=_NO),
+        extension("max_backoff_interval_ms", 30000, config=_NO),
+        extension("keep_alive_interval_seconds", 30, config=_NO),
+        extension("partitions_update_interval", DEFAULT_PARTITIONS_UPDATE_INTERVAL, config=_NO),
+    ],
+)
 
 
 def _int(name: str, value: object, minimum: int) -> int:

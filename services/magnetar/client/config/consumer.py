@@ -1,7 +1,12 @@
-"""Every option of a consumer, in one validated dataclass (``ConsumerConfig``).
+"""Every option of a consumer: ``subscribe``'s option list (``SUBSCRIBE_OPTIONS``) and the validated
+dataclass the asyncio client builds from it (``ConsumerConfig``).
 
-Field names and defaults are pulsar-client 3.x's ``Client.subscribe`` keywords, so ``aio.Client``
-and the blocking client can pass their keywords straight through. Options we implement are checked
+``SUBSCRIBE_OPTIONS`` is the one definition of ``subscribe``'s options (``option_list.py``):
+pulsar-client 3.x's in its order, names and defaults, then Magnetar's keyword-only extensions. The
+flavours differ where pulsar-client's do: only the blocking ``subscribe`` takes a
+``message_listener`` (run on the listener threads, so the config never gets one), only the asyncio
+one an ``is_pattern_topic``, and the asyncio one takes ``pattern_auto_discovery_period`` as a
+keyword. ``ConsumerConfig``'s fields are the list's, in its order, without the topic. Options we implement are checked
 as pulsar-client checks them (same exception type); options that would be harmless no-ops here are
 accepted with any value; options we do not implement take their default only, and anything else
 raises ``Unsupported`` at subscribe time instead of being silently ignored (``_unsupported``).
@@ -36,6 +41,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+from magnetar.client.config.arguments import callable_or_none, check_topics, of_type, of_type_or_none
+from magnetar.client.config.option_list import REQUIRED, Check, Option, OptionList, Place, extension
 from magnetar.client.consumer.batch_receive import ConsumerBatchReceivePolicy
 from magnetar.client.options import (
     ConsumerCryptoFailureAction,
@@ -227,3 +234,67 @@ class ConsumerConfig:
 
 # Java's RetryMessageUtil.MAX_RECONSUMETIMES: the retry limit when retry is enabled without a policy.
 MAX_RECONSUMETIMES = 16
+
+
+_INT = of_type(int)
+_BOOL = of_type(bool)
+
+
+def _option(name: str, default: Any, check: Check | None = None, *, asyncio: Place = Place.POSITIONAL) -> Option:
+    """pulsar-client's option: positional in the blocking flavour and in ``ConsumerConfig``."""
+    return Option(name, default, check, asyncio=asyncio, config=Place.POSITIONAL)
+
+
+SUBSCRIBE_OPTIONS = OptionList(
+    "subscribe",
+    [
+        Option("topic", REQUIRED, check_topics, config=Place.ABSENT),  # the client's, not the config's
+        _option("subscription_name", REQUIRED, of_type(str)),
+        _option("consumer_type", ConsumerType.Exclusive, of_type(ConsumerType)),
+        _option("schema", None),  # checked by the config (``schema_codec``)
+        _option(
+            "message_listener",
+            None,
+            callable_or_none("(consumer, message)"),
+            asyncio=Place.ABSENT,
+        ),
+        _option("receiver_queue_size", 1000, _INT),
+        _option("max_total_receiver_queue_size_across_partitions", 50000, _INT),
+        _option("consumer_name", None, of_type_or_none(str)),
+        _option("unacked_messages_timeout_ms", None, of_type_or_none(int)),
+        _option("broker_consumer_stats_cache_time_ms", 30000, _INT),
+        _option("negative_ack_redelivery_delay_ms", 60000, of_type_or_none(int)),
+        _option("is_read_compacted", False, _BOOL),
+        _option("properties", None, of_type_or_none(dict)),
+        _option("pattern_auto_discovery_period", 60, _INT, asyncio=Place.KEYWORD),
+        _option("initial_position", InitialPosition.Latest, of_type(InitialPosition)),
+        _option("crypto_key_reader", None),
+        _option("replicate_subscription_state_enabled", False),
+        _option("max_pending_chunked_message", 10),
+        _option("auto_ack_oldest_chunked_message_on_queue_full", False),
+        _option("start_message_id_inclusive", False),
+        _option("batch_receive_policy", None),
+        _option("key_shared_policy", None),
+        _option("batch_index_ack_enabled", False, _BOOL),
+        _option(
+            "regex_subscription_mode",
+            RegexSubscriptionMode.PersistentOnly,
+            of_type(RegexSubscriptionMode),
+        ),
+        _option("dead_letter_policy", None),
+        _option(
+            "crypto_failure_action",
+            ConsumerCryptoFailureAction.FAIL,
+            of_type(ConsumerCryptoFailureAction),
+        ),
+        # pulsar.asyncio's: a string topic is a pattern (the blocking flavour takes a compiled one).
+        Option("is_pattern_topic", False, blocking=Place.ABSENT, config=Place.ABSENT),
+        # ---- beyond pulsar-client
+        extension("retry_enable", False),
+        extension("negative_ack_redelivery_backoff", None),
+        extension("ack_timeout_redelivery_backoff", None),
+        extension("ack_timeout_tick_time_ms", 1000),
+        extension("priority_level", 0),
+        extension("expire_time_of_incomplete_chunked_message_ms", 60000),
+    ],
+)

@@ -77,11 +77,10 @@ class TableView:
         subscription_name: str | None,
         schema: Any,
     ) -> TableView:
-        """Start the reader, read up to the last message, then follow the topic (see the module docstring)."""
-        if not isinstance(topic, str):
-            raise ValueError(f"Argument topic is expected to be of type 'str' and not '{type(topic).__name__}'")
-        if subscription_name is not None and not isinstance(subscription_name, str):
-            raise ValueError("Argument subscription_name is expected to be either None or of type 'str'")
+        """Start the reader, read up to the last message, then follow the topic (see the module docstring).
+
+        The arguments were checked by the caller (``config.reader.TABLE_VIEW_OPTIONS``).
+        """
         reader: Reader = run(
             client.create_reader(
                 topic,
