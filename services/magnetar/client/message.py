@@ -3,20 +3,49 @@
 A consumer may build hundreds of thousands of these per second, so a ``Message`` is three slots:
 the decoded record list (as msgpack produced it, not copied), the ``EntryInfo`` shared by every
 message of the same entry, and the batch index. The ``MessageId`` is only built when asked for.
+
+A message knows the partition consumer that delivered it only as a ``MessageOwner``: what the
+message itself needs (its topic and partition, its decoder) and where the code that hands it out
+reports it consumed or acknowledged. The consumer imports this module, not the other way round.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from magnetar.client.schema_codec import NO_SCHEMA_VERSION, version_bytes
+from magnetar.client.schema_codec import NO_SCHEMA_VERSION, MessageDecoder, version_bytes
 from magnetar.protocol.batch import META_PRODUCER
 from magnetar.protocol.entry import META_SCHEMA_VERSION, EntryMeta
 from magnetar.protocol.message_id import MessageId
 
 if TYPE_CHECKING:
-    from magnetar.client.consumer.consumer import PartitionConsumer
     from magnetar.client.encryption.crypto import EncryptionContext
+
+
+class MessageOwner(Protocol):
+    """The partition consumer a message came from (``PartitionConsumer``), as seen
+    from the message and from the code that hands messages out and acknowledges them."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def decoder(self) -> MessageDecoder | None:
+        """Decodes ``value()`` by the consumer's schema; None for a bytes consumer."""
+        ...
+
+    def message_consumed(self, info: EntryInfo) -> None:
+        """One message of ``info``'s entry was handed to the application."""
+        ...
+
+    def acknowledge(self, position: tuple[int, int], index: int) -> None: ...
+
+    def acknowledge_cumulative(self, position: tuple[int, int], index: int) -> None: ...
+
+    def negative_acknowledge(self, position: tuple[int, int], redelivery_count: int = 0) -> None: ...
 
 
 class EntryInfo:
@@ -40,7 +69,7 @@ class EntryInfo:
         count: int,
         publish_time: int,
         redelivery_count: int,
-        owner: PartitionConsumer | None,
+        owner: MessageOwner | None,
         batched: bool,
         epoch: int = 0,
         meta: EntryMeta | None = None,

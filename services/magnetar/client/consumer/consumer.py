@@ -85,6 +85,11 @@ ACK_GROUPING_SECONDS = 0.1
 ACK_GROUPING_MAX = 1_000
 
 
+# _OWNER: a message knows its partition consumer as a ``message.MessageOwner`` (the message module
+# does not import this one); every owner is a ``PartitionConsumer``, and the per-message paths
+# below read its internals through a local annotated as one: no cast call, nothing at run time.
+
+
 def _is_sentinel(mid: MessageId) -> bool:
     return mid == EARLIEST or mid == LATEST
 
@@ -990,7 +995,7 @@ class TopicTail:
         for m in messages:
             self._read.append(dict(m.properties()))
         info = messages[-1]._info
-        owner = info.owner
+        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # (see _OWNER)
         if owner is not None:
             key = id(owner)
             if info.position > self._upto.get(key, (-1, -1)):
@@ -1201,7 +1206,7 @@ class Consumer:
         """Bookkeeping for a message leaving the queue: its permit, and its ack timeout clock
         (``receive`` inlines the same, once per message; the reader's queue calls this)."""
         info = msg._info
-        owner = info.owner
+        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # (see _OWNER)
         if owner is not None and info.epoch == owner.epoch:
             permits = owner.permits
             permits.available += 1
@@ -1223,7 +1228,7 @@ class Consumer:
         msg = queue.popleft()
         # Handed out: count its permit, start its ack timeout clock (inlined: once per message).
         info = msg._info
-        owner = info.owner
+        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # (see _OWNER)
         if owner is not None and info.epoch == owner.epoch:
             permits = owner.permits
             permits.available += 1
@@ -1252,7 +1257,7 @@ class Consumer:
         msg = queue.popleft()
         # Handed out: count its permit, start its ack timeout clock (inlined: once per message).
         info = msg._info
-        owner = info.owner
+        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # (see _OWNER)
         if owner is not None and info.epoch == owner.epoch:
             permits = owner.permits
             permits.available += 1
@@ -1272,7 +1277,7 @@ class Consumer:
         """
         if isinstance(message, Message):
             info = message._info
-            owner = info.owner
+            owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # (see _OWNER)
             if owner is None:
                 raise ValueError("message does not belong to a consumer")
             return owner, info.position, message._index
@@ -1299,7 +1304,7 @@ class Consumer:
         if type(message) is Message:
             # Hot path: discard from the entry's live set; no lookup until the entry completes.
             info = message._info
-            owner = info.owner
+            owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # (see _OWNER)
             if owner is not None and not owner._batch_index_ack:
                 owner._acked_msgs += 1
                 unacked = info.unacked

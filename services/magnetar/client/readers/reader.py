@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from magnetar.client.consumer.consumer import Consumer, PartitionConsumer
-from magnetar.client.message import Message
+from magnetar.client.message import Message, MessageOwner
 from magnetar.protocol.errors import MagnetarError
 from magnetar.protocol.message_id import EARLIEST, LATEST, MessageId
 
@@ -102,7 +102,7 @@ class Reader:
         """The non-durable consumer underneath (its subscription name, its partitions)."""
         return self._c
 
-    def _state_of(self, part: PartitionConsumer | None) -> _PartitionState | None:
+    def _state_of(self, part: MessageOwner | None) -> _PartitionState | None:
         return None if part is None else self._state.get(part.partition)
 
     def _read(self, msg: Message) -> Message:
