@@ -19,7 +19,6 @@ import logging
 import weakref
 from typing import Any, Protocol
 
-from magnetar.client.config.consumer import ConsumerConfig
 from magnetar.client.encryption.crypto import META_DECRYPTION_FAILED, META_SENT_BATCH_SIZE, CryptoKeyReader, Decryptor
 from magnetar.client.options import ConsumerCryptoFailureAction
 from magnetar.protocol.batch import Record, decode_batch
@@ -30,11 +29,23 @@ from magnetar.protocol.errors import ChecksumError, CryptoError
 log = logging.getLogger(__name__)
 
 
+class DecryptionSettings(Protocol):
+    """The two options of ``ConsumerConfig`` this module reads (a protocol: encryption sits below config)."""
+
+    @property
+    def crypto_key_reader(self) -> CryptoKeyReader | None: ...
+
+    @property
+    def crypto_failure_action(self) -> ConsumerCryptoFailureAction: ...
+
+
 class PartitionConsumer(Protocol):
     """What this module needs of ``consumer.PartitionConsumer`` (a protocol: no import cycle)."""
 
     topic: str
-    config: ConsumerConfig
+
+    @property
+    def config(self) -> DecryptionSettings: ...
 
     def ack_entry(self, position: tuple[int, int]) -> None: ...
 
