@@ -103,7 +103,6 @@ The README's "Coming from Pulsar" keeps the complete list, each difference with 
 """
 
 from magnetar import exceptions as _exceptions
-from magnetar.client.consumer.batch_receive import ConsumerBatchReceivePolicy
 from magnetar.client.encryption.crypto import CryptoKeyReader, EncryptionContext, EncryptionKey
 from magnetar.client.errors import MagnetarError, MessageTooLarge, Unsupported  # older names
 from magnetar.client.logger import ConsoleLogger, FileLogger, LoggerLevel
@@ -120,6 +119,7 @@ from magnetar.client.net.service_info import AutoClusterFailover, ServiceInfo, S
 from magnetar.client.options import (
     BatchingType,
     CompressionType,
+    ConsumerBatchReceivePolicy,
     ConsumerCryptoFailureAction,
     ConsumerDeadLetterPolicy,
     ConsumerKeySharedPolicy,

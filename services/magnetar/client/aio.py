@@ -45,6 +45,7 @@ from magnetar.client.consumer.dead_letter import retry_letter_topic
 from magnetar.client.consumer.multi_topic import TOPICS_MODE_OF, PatternWatcher, TopicPattern
 from magnetar.client.errors import ProducerQueueIsFull
 from magnetar.client.lifecycle.shutdown import abandon_now
+from magnetar.client.lifecycle.stats import StatsReporter
 from magnetar.client.message import Message
 from magnetar.client.net.auth import Authentication
 from magnetar.client.net.connect_deadline import as_connect_error, give_up_at
@@ -209,7 +210,10 @@ class Client:
         self._closed = False
         # The wait between attempts; tests swap in a recorder instead of sleeping for real.
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-        self._settings.start(lambda: self._producers, lambda: self._consumers)
+        stats = StatsReporter(
+            self._settings.stats_interval_in_seconds, lambda: self._producers, lambda: self._consumers
+        )
+        self._settings.start(stats)
 
     # ---------------------------------------------------------------- which cluster (service_info.py)
 

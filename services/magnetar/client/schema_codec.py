@@ -30,7 +30,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from magnetar.client.config.arguments import check_type
 from magnetar.protocol.entry import META_SCHEMA_VERSION, EntryMeta
 from magnetar.protocol.topic_name import TopicName
 from magnetar.schema.info import SchemaInfo
@@ -50,12 +49,17 @@ def is_bytes_schema(schema: object) -> bool:
 
 
 def check_schema(schema: object) -> None:
-    """``ValueError`` unless ``schema`` is None or a ``magnetar.schema.Schema`` (pulsar-client's check)."""
+    """``ValueError`` unless ``schema`` is None or a ``magnetar.schema.Schema``.
+
+    pulsar-client's check, worded as ``config.arguments.check_type`` words it; written out here
+    because the config sits above this module (the consumer's config checks its schema with it).
+    """
     if schema is None:
         return
     from magnetar.schema import Schema  # loaded only by programs that use schemas
 
-    check_type(Schema, schema, "schema")
+    if not isinstance(schema, Schema):
+        raise ValueError(f"Argument schema is expected to be of type 'Schema' and not '{type(schema).__name__}'")
 
 
 def schema_key(topic: str) -> str:

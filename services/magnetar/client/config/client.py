@@ -16,7 +16,8 @@ needs of them at run time:
 - ``lookup_slots``: at most ``concurrent_lookup_requests`` lookups and partition-metadata requests
   in flight at once (the rest wait their turn), as the C++ client bounds them;
 - ``message_listener_threads``: the size of the pool that runs ``message_listener`` callbacks;
-- ``stats``: the periodic statistics report (``stats.py``), started with the client's loop;
+- ``stats``: the periodic statistics report (``lifecycle.stats``, given by the client), started
+  with the client's loop;
 - the ``logger`` installed on the ``magnetar.client`` logger (``logger.py``), removed at close;
 - ``listener_name``: the advertised listener whose address lookups should answer (WIRE.md R110).
 
@@ -27,12 +28,10 @@ served by its one event loop: an asyncio client has no IO thread pool to size.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from magnetar.client import logger as client_logger
 from magnetar.client.config.option_list import Option, OptionList, Place, extension
-from magnetar.client.lifecycle.stats import StatsReporter
 from magnetar.client.partition_updates import DEFAULT_PARTITIONS_UPDATE_INTERVAL
 
 __all__ = ["CLIENT_OPTIONS", "DEFAULT_SERVICE_URL", "MAX_LOOKUP_REDIRECTS", "ClientSettings"]
@@ -82,6 +81,15 @@ CLIENT_OPTIONS = OptionList(
 )
 
 
+class Reporter(Protocol):
+    """The periodic statistics report (``lifecycle.stats.StatsReporter``), made by the client that
+    knows its producers and consumers, and started and stopped with these settings."""
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 def _int(name: str, value: object, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"Argument {name} is expected to be of type 'int' and not '{type(value).__name__}'")
@@ -120,13 +128,14 @@ class ClientSettings:
         self.listener_name = _str_or_none("listener_name", listener_name) or None
         self._installed: client_logger.Installed | None = None
         self._slots: asyncio.Semaphore | None = None
-        self.stats: StatsReporter | None = None
+        self.stats: Reporter | None = None
         self._started = False
 
-    def start(self, producers: Callable[[], Sequence[Any]], consumers: Callable[[], Sequence[Any]]) -> None:
-        """Install the logger now (the client exists): its own lines go where the application asked."""
+    def start(self, stats: Reporter) -> None:
+        """Install the logger now (the client exists): its own lines go where the application asked;
+        ``stats`` reports every ``stats_interval_in_seconds`` once the loop runs (``on_loop``)."""
         self._installed = client_logger.install(self.logger)
-        self.stats = StatsReporter(self.stats_interval_in_seconds, producers, consumers)
+        self.stats = stats
 
     def on_loop(self) -> None:
         """Called on the client's loop before its first connection: start what needs the loop."""

@@ -43,8 +43,8 @@ from typing import Any, Protocol
 
 from magnetar.client.config.arguments import callable_or_none, check_topics, of_type, of_type_or_none
 from magnetar.client.config.option_list import REQUIRED, Check, Option, OptionList, Place, extension
-from magnetar.client.consumer.batch_receive import ConsumerBatchReceivePolicy
 from magnetar.client.options import (
+    ConsumerBatchReceivePolicy,
     ConsumerCryptoFailureAction,
     ConsumerDeadLetterPolicy,
     ConsumerKeySharedPolicy,

@@ -27,23 +27,46 @@ Reads (``get``, ``len``, ``for_each``) work on the table as it is, from any thre
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 from magnetar.client.message import Message
+from magnetar.client.readers.reader import Reader
 from magnetar.client.schema_codec import is_bytes_schema
 from magnetar.protocol.message_id import MessageId
-
-if TYPE_CHECKING:
-    from magnetar.client import aio
-    from magnetar.client.blocking.listener_pool import ListenerPool, Pump
-    from magnetar.client.readers.reader import Reader
 
 T = TypeVar("T")
 Run = Callable[[Coroutine[Any, Any, T]], T]
 Listener = Callable[[str, Any], None]
 
-__all__ = ["TableView"]
+__all__ = ["ListenerThreads", "ReaderSource", "TableView"]
+
+
+class ReaderSource(Protocol):
+    """What a table view needs of the asyncio client (``aio.Client`` is one): its reader."""
+
+    async def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId,
+        schema: Any = None,
+        *,
+        subscription_role_prefix: str | None = None,
+        is_read_compacted: bool = False,
+    ) -> Reader: ...
+
+
+class Feed(Protocol):
+    """A running hand-over of messages to listener threads (``blocking.listener_pool.Pump``)."""
+
+    def stop(self) -> None: ...
+
+
+class ListenerThreads(Protocol):
+    """The client's listener threads, given by the blocking facade (``blocking.listener_pool.ListenerPool``):
+    ``give`` runs there with each message ``take`` returns on the loop."""
+
+    def start(self, take: Callable[[], Awaitable[Message]], give: Callable[[Message], Any]) -> Feed: ...
 
 
 class TableView:
@@ -62,7 +85,7 @@ class TableView:
         self._listeners: list[tuple[int, Listener]] = []
         self._seq = 0  # updates applied so far; a listener registered at seq S hears updates after S
         self._update: tuple[int, str, Any] | None = None  # the last update ``_take`` applied
-        self._pump: Pump | None = None
+        self._pump: Feed | None = None
         self._closed = False
 
     # ---------------------------------------------------------------- creation (the client's loop)
@@ -70,8 +93,8 @@ class TableView:
     @classmethod
     def create(
         cls,
-        client: aio.Client,
-        pool: ListenerPool,
+        client: ReaderSource,
+        pool: ListenerThreads,
         run: Run[Any],
         topic: str,
         subscription_name: str | None,
@@ -86,11 +109,9 @@ class TableView:
                 topic,
                 MessageId.earliest,
                 schema,
-                None,
-                1000,
-                None,
-                subscription_name or None,  # the reader's subscription: <name>-<10 hex> (reader-<hex> without)
-                True,  # is_read_compacted
+                # The reader's subscription: <name>-<10 hex> (reader-<10 hex> without a name).
+                subscription_role_prefix=subscription_name or None,
+                is_read_compacted=True,
             )
         )
         view = cls(reader, topic, subscription_name, run, decoded=not is_bytes_schema(schema))
