@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from magnetar.client import aio
-from magnetar.client.consumer import consumer as consumer_module
+from magnetar.client.consumer import ack_sender as consumer_module
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError
 from magnetar.client.options import ConsumerType, InitialPosition
 from magnetar.protocol.errors import Timeout, Unsupported

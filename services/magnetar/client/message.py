@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 class MessageOwner(Protocol):
-    """The partition consumer a message came from (``PartitionConsumer``), as seen
+    """The partition consumer a message came from (``consumer.partition.PartitionConsumer``), as seen
     from the message and from the code that hands messages out and acknowledges them."""
 
     @property

@@ -120,7 +120,7 @@ def delay_millis(delay: timedelta | int) -> int:
 
 
 class TopicScanner(Protocol):
-    """Reads a topic from its earliest message, in steps (``consumer.TopicTail`` is one)."""
+    """Reads a topic from its earliest message, in steps (``topic_tail.TopicTail`` is one)."""
 
     async def catch_up(self) -> list[dict[str, str]]:
         """Read on up to the topic's last message now; return the properties of what was read."""

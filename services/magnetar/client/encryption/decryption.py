@@ -40,7 +40,7 @@ class DecryptionSettings(Protocol):
 
 
 class PartitionConsumer(Protocol):
-    """What this module needs of ``consumer.PartitionConsumer`` (a protocol: no import cycle)."""
+    """What this module needs of ``consumer.partition.PartitionConsumer`` (a protocol: no import cycle)."""
 
     topic: str
 
