@@ -33,14 +33,45 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.position import Position
-
-if TYPE_CHECKING:
-    from magnetar.managed_ledger.ledger import ManagedLedger
+from magnetar.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
+
+
+class CursorLedger(Protocol):
+    """What a cursor uses of the managed ledger it belongs to (``ManagedLedger`` is the one).
+
+    Named here rather than imported, so that the cursor module does not depend on the ledger
+    module that creates its cursors: the dependency runs one way only, and a cursor can be
+    driven by any log that answers these questions about its positions."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> ManagedLedgerConfig: ...
+
+    @property
+    def store(self) -> MetadataStore: ...
+
+    @property
+    def first_position(self) -> Position: ...
+
+    def cursor_path(self, cursor: str) -> str: ...
+
+    def next_position(self, pos: Position) -> Position: ...
+
+    def first_readable(self, pos: Position) -> Position | None: ...
+
+    def messages_of(self, pos: Position) -> int: ...
+
+    def messages_after(self, pos: Position) -> int: ...
+
+    def schedule_trim(self, now: float | None = None) -> None: ...
 
 
 def to_ranges(positions: set[Position]) -> list[list[int]]:
@@ -59,7 +90,7 @@ def from_ranges(ranges: list[list[int]]) -> set[Position]:
 
 
 class ManagedCursor:
-    def __init__(self, ml: ManagedLedger, name: str, mark_delete: Position, *, durable: bool = True) -> None:
+    def __init__(self, ml: CursorLedger, name: str, mark_delete: Position, *, durable: bool = True) -> None:
         self.ml = ml
         self.name = name
         self.durable = durable
@@ -79,8 +110,8 @@ class ManagedCursor:
         self._closed = False
 
     @classmethod
-    async def load(cls, ml: ManagedLedger, name: str) -> ManagedCursor:
-        found = await ml._store.get(ml.cursor_path(name))
+    async def load(cls, ml: CursorLedger, name: str) -> ManagedCursor:
+        found = await ml.store.get(ml.cursor_path(name))
         doc: dict[str, Any] = json.loads(found.value) if found else {}
         md = Position(*doc.get("md", list(ml.first_position)))
         cursor = cls(ml, name, md)
@@ -247,7 +278,7 @@ class ManagedCursor:
     async def _write(self) -> None:
         if not self.durable:
             return
-        await self.ml._store.put(self.ml.cursor_path(self.name), json.dumps(self.document()).encode())
+        await self.ml.store.put(self.ml.cursor_path(self.name), json.dumps(self.document()).encode())
 
     async def flush_now(self) -> None:
         await self._write()
