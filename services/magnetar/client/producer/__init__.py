@@ -1,1 +1,2 @@
-"""Producers: partition producers, batching, routing, and how they start."""
+"""Producers: the public producer and its partition producers (split by concern: the send path and
+batching, receipts and timeouts), producer options, chunking, routing, and how they start."""
