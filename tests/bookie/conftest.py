@@ -1,4 +1,4 @@
-"""Fixtures for the bookie tests: a real LMDB storage in a temp dir, and real servers on port 0."""
+"""Fixtures for the bookie tests: a real storage in a temp dir (once per engine), and real servers on port 0."""
 
 from __future__ import annotations
 
@@ -16,8 +16,22 @@ def entry(data: bytes) -> tuple[bytes, int]:
     return data, crc32c(data)
 
 
+#: The storage engines the storage contract tests run against, and the MAGNETAR_BOOKIE_JOURNAL
+#: value that selects each for a ``BookieStorage`` built without ``journal=``: LMDB committing
+#: each group of writes itself, and LMDB behind the journal. Another engine is one more entry.
+STORAGE_ENGINES = {"lmdb": "0", "lmdb+journal": "1"}
+
+
+@pytest.fixture(params=list(STORAGE_ENGINES))
+def storage_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every ``BookieStorage`` the test builds (the ``storage`` fixture's, and its own) uses this engine."""
+    engine: str = request.param
+    monkeypatch.setenv("MAGNETAR_BOOKIE_JOURNAL", STORAGE_ENGINES[engine])
+    return engine
+
+
 @pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[BookieStorage]:
+async def storage(tmp_path: Path, storage_engine: str) -> AsyncIterator[BookieStorage]:
     s = BookieStorage(tmp_path / "bookie")
     try:
         yield s

@@ -12,6 +12,9 @@ import pytest
 
 from magnetar.bookie.storage import BookieStorage
 
+#: The storage contract: every test here runs against each engine (conftest.STORAGE_ENGINES).
+pytestmark = pytest.mark.usefixtures("storage_engine")
+
 CHILD = textwrap.dedent(
     """
     import asyncio, os, signal, sys

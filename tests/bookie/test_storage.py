@@ -21,6 +21,9 @@ from magnetar.protocol.errors import (
 
 from .conftest import entry
 
+#: The storage contract: every test here runs against each engine (conftest.STORAGE_ENGINES).
+pytestmark = pytest.mark.usefixtures("storage_engine")
+
 
 async def test_added_entry_reads_back_with_its_crc_and_lac(storage: BookieStorage) -> None:
     data, crc = entry(b"hello")

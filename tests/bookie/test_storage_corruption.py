@@ -20,6 +20,9 @@ from magnetar.protocol.errors import ChecksumError
 
 from .conftest import entry
 
+#: The storage contract: every test here runs against each engine (conftest.STORAGE_ENGINES).
+pytestmark = pytest.mark.usefixtures("storage_engine")
+
 
 async def _store_one(directory: Path, data: bytes) -> None:
     storage = BookieStorage(directory)

@@ -6,7 +6,7 @@ before its acknowledgement (about 0.8 ms of a 1.2 ms publish). With the journal,
 acknowledged once its record is in a preallocated segment file and synced once
 (``journal_writer.py``: one ``pwrite`` + one ``fdatasync`` per batch, in a thread that never
 needs the GIL), and LMDB is brought up to date behind it by the storage's writer thread
-(``storage.py``). BookKeeper's bookies are split the same way (journal plus ledger storage).
+(``storage/group_commit.py``). BookKeeper's bookies are split the same way (journal plus ledger storage).
 
 Layout: ``<data>/journal/<segment:016d>.log``, each ``segment_bytes`` long (a record larger than
 that gets a segment of its own size), allocated in full before its first record

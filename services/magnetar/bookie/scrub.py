@@ -24,7 +24,7 @@ so an OPEN ledger was never fenced — and LAC = the closed ledger's last entry,
 The walk runs in a child process (``python -m magnetar.bookie.scrub DIR``, opening the environment
 read-only): LMDB answers some damage to its page headers by aborting the process (an assertion in
 ``mdb.c``), and that must not take the bookie down with it. A broken B-tree — ``MDB_CORRUPTED`` or
-a child killed by a signal — fails the storage for good (see ``storage.py``): the bookie stops
+a child killed by a signal — fails the storage for good (see ``storage/ledger_storage.py``): the bookie stops
 serving and refuses to restart, and the cluster re-replicates its ledgers from the others as for
 a lost bookie. ``verify_before_serving`` runs the same walk before a bookie that did not shut down
 cleanly starts serving, so that a bookie crashed by its index refuses to start with a clear error
