@@ -218,7 +218,7 @@ class Consumer:
         """Bookkeeping for a message leaving the queue: its permit, and its ack timeout clock
         (``receive`` inlines the same, once per message; the reader's queue calls this)."""
         info = msg._info
-        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # its only kind
+        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # every MessageOwner is one
         if owner is not None and info.epoch == owner.epoch:
             permits = owner.permits
             permits.available += 1
@@ -240,7 +240,7 @@ class Consumer:
         msg = queue.popleft()
         # Handed out: count its permit, start its ack timeout clock (inlined: once per message).
         info = msg._info
-        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # its only kind
+        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # every MessageOwner is one
         if owner is not None and info.epoch == owner.epoch:
             permits = owner.permits
             permits.available += 1
@@ -269,7 +269,7 @@ class Consumer:
         msg = queue.popleft()
         # Handed out: count its permit, start its ack timeout clock (inlined: once per message).
         info = msg._info
-        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # its only kind
+        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # every MessageOwner is one
         if owner is not None and info.epoch == owner.epoch:
             permits = owner.permits
             permits.available += 1
@@ -289,7 +289,7 @@ class Consumer:
         """
         if isinstance(message, Message):
             info = message._info
-            owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # its only kind
+            owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # every MessageOwner is one
             if owner is None:
                 raise ValueError("message does not belong to a consumer")
             return owner, info.position, message._index
@@ -316,7 +316,7 @@ class Consumer:
         if type(message) is Message:
             # Hot path: discard from the entry's live set; no lookup until the entry completes.
             info = message._info
-            owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # its only kind
+            owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # every MessageOwner is one
             if owner is not None and not owner._batch_index_ack:
                 owner._acked_msgs += 1
                 unacked = info.unacked

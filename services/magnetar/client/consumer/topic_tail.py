@@ -59,7 +59,7 @@ class TopicTail:
         for m in messages:
             self._read.append(dict(m.properties()))
         info = messages[-1]._info
-        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # its only kind
+        owner: PartitionConsumer | None = info.owner  # type: ignore[assignment]  # every MessageOwner is one
         if owner is not None:
             key = id(owner)
             if info.position > self._upto.get(key, (-1, -1)):
