@@ -26,7 +26,7 @@ from magnetar.client.config.consumer import SUBSCRIBE_OPTIONS, ConsumerConfig
 from magnetar.client.config.option_list import Flavour, OptionList, Place
 from magnetar.client.config.producer import PRODUCER_OPTIONS
 from magnetar.client.config.reader import READER_OPTIONS, TABLE_VIEW_OPTIONS
-from magnetar.client.producer.producer import ProducerConfig
+from magnetar.client.producer.config import ProducerConfig
 
 # Set on a ``ConsumerConfig`` by the client after it is built: not options of ``subscribe``.
 CONSUMER_CONFIG_HOOKS = {"producer_factory", "subscriber_factory"}

@@ -4,21 +4,37 @@
 flavour is ``magnetar.client.aio``, also importable as ``magnetar.asyncio``. The client depends on
 ``magnetar.protocol`` only (an import-linter contract), so it installs without the server extras.
 
-Modules: ``connection`` (one per broker: reader task, rid table, coalesced writes), ``batch_builder``
-and ``producer`` (batching, key-based batching, delayed messages, receipts, timeouts, partition
-routing via ``routing``), ``consumer``, ``message`` and ``acks`` (receive queue, batch-index acks,
-permits), ``batch_receive`` (``batch_receive`` and its policy), ``listener_pool`` (the shared
-message listener threads), ``consumer_config`` (every ``subscribe`` option), ``redelivery`` (negative acks, ack
-timeouts) and ``dead_letter`` (dead letter and retry topics), ``reader`` (``create_reader``),
-``multi_topic`` (topic lists and pattern subscriptions), ``aio`` (the asyncio ``Client``), ``sync``
-(the blocking wrapper), ``options`` and ``errors``; ``crypto`` and ``consumer_decryption``
-(end-to-end encryption: ``CryptoKeyReader``, ``EncryptionContext``, the failure actions) and
-``table_view`` (``create_table_view``). Client-wide: ``client_config`` (``io_threads``,
-``concurrent_lookup_requests``...), ``logger`` (``ConsoleLogger``, ``FileLogger``), ``stats``
-(``stats_interval_in_seconds``), ``http_lookup`` (``http://`` service URLs), ``service_info`` and
-``service_target`` (``ServiceInfoProvider``, ``AutoClusterFailover``, ``get_service_info``).
+Where things live, top to bottom (each layer imports only those below it: an import-linter
+contract):
 
-Reconnection works as Pulsar's (``reconnect``): when a connection drops, the broker pushes
+- ``sync`` (the blocking facade: ``Client``), ``sync_producer``, ``sync_consumer``, ``sync_reader``
+  (the blocking ``Producer``, ``Consumer``, ``Reader``): thin shells over the asyncio client;
+- ``aio`` (the asyncio ``Client``: its constructor, closing, and ``pulsar.asyncio``'s names),
+  assembled from ``aio_consumers`` (``subscribe``, patterns, ``create_reader``), ``aio_producers``
+  (``create_producer``) and ``aio_lookup`` (connections, the cluster in use, topic lookup,
+  partition counts);
+- ``blocking/``: the loop thread the blocking client runs its asyncio client on
+  (``loop_thread``), how a blocking call waits (``waiting``) and the listener threads
+  (``listener_pool``); only the blocking facade imports it (an import-linter contract);
+- ``readers/``: ``reader`` (``create_reader``) and ``table_view`` (``create_table_view``);
+- ``consumer/``: the consumer and its partition consumers, split by concern (permits, acks,
+  redelivery and dead letters, chunked messages, seek), ``batch_receive``, topic lists and
+  patterns (``multi_topic``), the receivers blocked on a consumer's queue;
+- ``producer/``: the producer and its partition producers (the send path and batching, receipts
+  and timeouts), its config, chunking, routing (``routing``) and lazy start (``start``);
+- ``net/``: connections, reconnection (``reconnect``), connect deadlines, ``http://`` lookup,
+  ``ServiceInfoProvider`` and ``AutoClusterFailover`` (``service_info``), TLS and authentication;
+- ``lifecycle/``: the statistics report (``stats``) and ``shutdown``;
+- ``config/``: every option list (``Client``, ``create_producer``, ``subscribe``,
+  ``create_reader``, ``create_table_view``), each defined once with its names, order, defaults and
+  pulsar-client's checks (``option_list``; the blocking facade hands options to the asyncio client
+  by name), the consumer's config and the client-wide settings (``io_threads``...);
+- ``message``, ``logger`` (``ConsoleLogger``, ``FileLogger``) and ``partition_updates``
+  (partitions added to a topic);
+- ``encryption/`` (``CryptoKeyReader``, ``EncryptionContext``, decrypting) and ``schema_codec``;
+- ``options`` (pulsar-client's enums and option classes), ``errors`` and ``tasks``.
+
+Reconnection works as Pulsar's (``net.reconnect``): when a connection drops, the broker pushes
 ``close_producer`` / ``close_consumer``, or a ``producer`` / ``subscribe`` is answered
 ``ServiceNotReady``, the producer or consumer looks its topic up again (through any broker of a
 multi-host service URL, following redirects) and re-creates itself on the owner, with jittered
@@ -43,7 +59,7 @@ Where we differ from Pulsar, on purpose or for now:
   ``AlreadyClosed`` at the call (Pulsar: the callback gets it); every accepted one gets its callback
   exactly once, also when the client is closed or shut down;
 - ``connection_timeout_ms`` ends the attempts to reach an unreachable broker with ``ConnectError``
-  even when the operation timeout is longer (``connect_deadline``);
+  even when the operation timeout is longer (``net.connect_deadline``);
 - ``receiver_queue_size=0`` behaves as 1 (no zero-queue consumer);
 - a partition key is routed by ``JavaStringHash`` by default (the Java client's default; the
   Python client's ``BoostHash`` is refused), ``Murmur3_32Hash`` with the keyword-only
@@ -51,10 +67,10 @@ Where we differ from Pulsar, on purpose or for now:
 - ``create_producer`` takes pulsar-client's arguments in its order, but batches by default
   (``batching_enabled=True``), turns batching off for ``chunking_enabled=True`` instead of
   refusing the pair; ``access_mode`` is
-  enforced by the broker (``broker.producer_access``), but a second ``Exclusive`` producer gets
+  enforced by the broker (``broker.topics.producer_access``), but a second ``Exclusive`` producer gets
   ``ProducerBusy`` (recent Pulsar brokers answer ``ProducerFenced``), and with
   ``lazy_start_partitioned_producers`` partition 0 starts at creation even under
-  ``UseSinglePartition`` (``producer_start``);
+  ``UseSinglePartition`` (``producer.start``);
 - partitions added to a topic are picked up every ``partitions_update_interval`` seconds (a
   keyword-only ``Client`` option, the C++ client's setting; pulsar-client's Python API has none),
   and a consumer subscribes an added partition from its earliest message;
@@ -72,23 +88,23 @@ Where we differ from Pulsar, on purpose or for now:
   None); a ``TableView`` with a schema holds decoded values and tells listeners None for a deletion;
 - ``replicate_subscription_state_enabled`` and ``broker_consumer_stats_cache_time_ms`` are accepted
   and have no effect (no geo-replication, no consumer stats call); ``batch_receive`` and
-  ``get_last_message_id`` are on the asyncio consumer too (``batch_receive``);
+  ``get_last_message_id`` are on the asyncio consumer too (``consumer.batch_receive``);
 - beyond pulsar-client, ``subscribe`` takes the keyword-only ``retry_enable`` (also reading
   ``{topic}-{subscription}-RETRY``, as Java's client; not for a pattern),
   ``negative_ack_redelivery_backoff``, ``ack_timeout_redelivery_backoff``,
   ``ack_timeout_tick_time_ms`` and ``priority_level``; the asyncio ``subscribe`` also takes a
   compiled pattern and ``pattern_auto_discovery_period`` (keyword-only), and has ``create_reader``;
 - ``message_listener`` / ``reader_listener`` run on the client's shared ``message_listener_threads``
-  as in Pulsar (``listener_pool``); a paused listener may be called once more, for a message
+  as in Pulsar (``blocking.listener_pool``); a paused listener may be called once more, for a message
   already handed to its thread;
 - a reader of a partitioned topic started at a concrete message id starts that id's partition there
   and every other partition at ``MessageId.latest``;
-- ``Client`` takes pulsar-client's arguments in its order (``auth``, ``tls``, ``client_config``):
+- ``Client`` takes pulsar-client's arguments in its order (``net.auth``, ``net.tls``, ``config.client``):
   ``io_threads`` is checked but one event loop serves every connection, ``log_conf_file_path`` has
   no effect (deprecated in pulsar-client too), the ``logger`` option redirects the process-wide
   ``magnetar.client`` logger (``logger``), the statistics lines carry fewer counters than the C++
-  client's (``stats``), ``AutoClusterFailover`` probes with a TCP connection and is a
-  ``ServiceInfoProvider`` subclass (``service_info``); a failed TLS handshake raises
+  client's (``lifecycle.stats``), ``AutoClusterFailover`` probes with a TCP connection and is a
+  ``ServiceInfoProvider`` subclass (``net.service_info``); a failed TLS handshake raises
   ``ConnectError`` and refused credentials ``AuthenticationError`` at once; ``AuthenticationTLS``
   presents a client certificate whose CN is
   the role (the broker's ``tls`` provider), and ``AuthenticationOauth2`` /
@@ -99,7 +115,7 @@ Where we differ from Pulsar, on purpose or for now:
 - ``MessageId.serialize()`` is Magnetar's text form, not Pulsar's protobuf; ``send(None)`` is a
   null value (pulsar-client's bytes schema refuses it); ``MessageBatch`` is absent.
 
-The README's "Coming from Pulsar" keeps the complete list, each difference with its reason.
+The documentation's "Coming from Pulsar" page keeps the complete list, each difference with its reason.
 """
 
 from magnetar import exceptions as _exceptions
@@ -183,8 +199,8 @@ __all__ = [
 # ``magnetar.exceptions`` is the one list of them.
 __all__ += _exceptions.__all__
 
-# End-to-end encryption (``crypto``).
+# End-to-end encryption (``encryption.crypto``).
 __all__ += ["CryptoKeyReader", "EncryptionContext", "EncryptionKey"]
 
-# The latest value per key of a topic (``table_view``).
+# The latest value per key of a topic (``readers.table_view``).
 __all__ += ["TableView"]

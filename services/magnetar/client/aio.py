@@ -12,7 +12,7 @@ The client keeps one connection per broker URL (the service URL's brokers and ev
 lookup points to), shared by all its producers and consumers. Before a producer or consumer is
 created the topic is looked up (following ``redirect`` answers for a bounded number of hops) and,
 for a partitioned topic, one partition producer/consumer is created per partition on the broker
-that owns it. Each of them stays attached to its topic's owner on its own (``reconnect``): when
+that owns it. Each of them stays attached to its topic's owner on its own (``net.reconnect``): when
 a connection drops or the broker hands the topic over, it looks the topic up again and re-creates
 itself there, with backoff, while the application keeps sending and receiving.
 
@@ -121,7 +121,7 @@ class Client(ConsumerClient):
     ``partitionsUpdateInterval``, 60 by default, 0 disables) partitioned producers and consumers
     re-read their topics' partition counts and attach to partitions added meanwhile.
 
-    Security takes pulsar-client's arguments (``auth.py``, ``tls.py``): ``authentication`` (e.g.
+    Security takes pulsar-client's arguments (``net.auth``, ``net.tls``): ``authentication`` (e.g.
     ``AuthenticationToken``) sends credentials in every ``connect``; TLS is on for a
     ``magnetar+ssl://`` URL or ``use_tls``, and then every broker a lookup names is dialled with TLS
     too (its ``broker_url_tls``).
@@ -215,7 +215,7 @@ class Client(ConsumerClient):
 
     def shutdown(self) -> None:
         """Close everything now, without waiting for the broker (``pulsar.asyncio.Client.shutdown``,
-        not a coroutine): pending sends fail with ``AlreadyClosed`` at once (``shutdown.py``)."""
+        not a coroutine): pending sends fail with ``AlreadyClosed`` at once (``lifecycle.shutdown``)."""
         abandon_now(self._producers, list(self._conns.values()))
         task = asyncio.get_running_loop().create_task(self.close())
         self._background.add(task)

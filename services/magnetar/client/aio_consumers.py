@@ -103,9 +103,9 @@ class ConsumerClient(ProducerClient):
         The positional arguments are ``pulsar.asyncio.Client.subscribe``'s, in its order (``topic``
         may also be a compiled ``re.Pattern``, as for the blocking ``pulsar.Client``); the
         keyword-only ones are ``pulsar.Client``'s ``pattern_auto_discovery_period`` and Magnetar's
-        extensions (``consumer_config.ConsumerConfig``). One ``Consumer`` serves every partition of
+        extensions (``config.consumer.SUBSCRIBE_OPTIONS``). One ``Consumer`` serves every partition of
         every topic. A pattern lists its namespace now and every ``pattern_auto_discovery_period``
-        seconds, adding the topics that appear and dropping those that go (``multi_topic``).
+        seconds, adding the topics that appear and dropping those that go (``consumer.multi_topic``).
         With ``retry_enable`` the consumer also reads its retry topic,
         ``{first topic}-{subscription}-RETRY`` (not for a pattern, as in Pulsar's Java client).
         """

@@ -78,7 +78,7 @@ class LookupClient:
     # The wait between attempts; tests swap in a recorder instead of sleeping for real.
     _sleep: Callable[[float], Awaitable[None]]
 
-    # ---------------------------------------------------------------- which cluster (service_info.py)
+    # ---------------------------------------------------------------- which cluster (net.service_info)
 
     def _apply_target(self, target: ServiceTarget) -> None:
         """Dial ``target``'s brokers (or ask its HTTP lookup) from now on."""

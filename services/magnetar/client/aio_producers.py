@@ -73,7 +73,7 @@ class ProducerClient(LookupClient):
 
         Arguments in ``pulsar.asyncio.Client.create_producer``'s order, with pulsar-client's
         ``message_router`` last; ``hashing_scheme`` (keyword-only) is Magnetar's: pulsar-client's
-        Python API has none. ``producer.ProducerConfig`` lists what differs from Pulsar. Unlike
+        Python API has none. ``config.producer`` lists what differs from Pulsar. Unlike
         Pulsar, the asyncio producer waits for room when ``max_pending_messages`` are pending
         (``block_if_queue_full=True``), which is the natural back-pressure for
         ``await send_async(...)``. On a partitioned topic the producer attaches to partitions added
@@ -100,7 +100,7 @@ class ProducerClient(LookupClient):
             part = PartitionProducer(self, target, index, config)
             lazy = starts_lazily(config.lazy_start_partitioned_producers, config.access_mode, index)
             if lazy and target != str(name):
-                part.lazy = True  # registers on its first batch (producer_start)
+                part.lazy = True  # registers on its first batch (producer.start)
                 return part
             await part.attach_first()
             return part

@@ -105,7 +105,8 @@ class HashingScheme(Enum):
 
 
 class ProducerAccessMode(Enum):
-    """Access a producer requires on its topic, enforced by the broker (``broker.producer_access``, WIRE.md R102)."""
+    """Access a producer requires on its topic, enforced by the broker (WIRE.md R102,
+    ``broker.topics.producer_access``)."""
 
     Shared = 0
     Exclusive = 1
@@ -122,7 +123,7 @@ class RegexSubscriptionMode(Enum):
 
 
 class ConsumerCryptoFailureAction(Enum):
-    """What a consumer does with a message it cannot decrypt (``consumer_decryption``)."""
+    """What a consumer does with a message it cannot decrypt (``encryption.decryption``)."""
 
     FAIL = 0
     DISCARD = 1

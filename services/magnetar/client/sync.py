@@ -149,7 +149,7 @@ class Client:
         """Create a producer; arguments in ``pulsar.Client.create_producer``'s order, with its names and defaults.
 
         Except ``batching_enabled``, True here (pulsar-client: False), and the keyword-only
-        ``hashing_scheme``, Magnetar's (``producer.ProducerConfig`` has the list).
+        ``hashing_scheme``, Magnetar's (``config.producer`` has the list).
         ``message_router(msg, num_partitions)`` runs on the client's loop thread.
         """
         arguments = locals()
@@ -198,9 +198,9 @@ class Client:
         """Subscribe to a topic, a list of topics or a pattern (``re.compile(...)``).
 
         Positional arguments, names and defaults are ``pulsar.Client.subscribe``'s; the keyword-only
-        ones are Magnetar's extensions (see ``consumer_config``). ``message_listener(consumer,
+        ones are Magnetar's extensions (see ``config.consumer``). ``message_listener(consumer,
         message)`` is called on one of the client's ``message_listener_threads`` for every message
-        (``listener_pool``), and ``receive`` / ``batch_receive`` then raise ``InvalidConfiguration``,
+        (``blocking.listener_pool``), and ``receive`` / ``batch_receive`` then raise ``InvalidConfiguration``,
         as in pulsar-client.
         """
         arguments = locals()
@@ -241,7 +241,7 @@ class Client:
         return wrapped
 
     def create_table_view(self, topic: str, subscription_name: str | None = None, schema: Any = None) -> TableView:
-        """The latest value per key of ``topic``, kept current (``table_view``); as
+        """The latest value per key of ``topic``, kept current (``readers.table_view``); as
         ``pulsar.Client.create_table_view``, returning once the table holds the whole topic."""
         TABLE_VIEW_OPTIONS.check(locals())
         return TableView.create(self._client, self._listeners, self._lt.run, topic, subscription_name, schema)

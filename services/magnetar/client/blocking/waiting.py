@@ -2,7 +2,7 @@
 
 Every blocking call (``send``, ``create_producer``...) hands work to the client's loop thread and
 waits for its outcome (``receive`` and ``read_next`` wait for a delivery instead, in
-``blocked_receivers.py``, with the same rules). Two things must end that wait besides the outcome:
+``consumer.blocked_receivers``, with the same rules). Two things must end that wait besides the outcome:
 
 - a signal: pulsar-client checks for signals every 100 ms while it waits and raises ``Interrupted``
   when a handler raised (Ctrl-C), so ``receive()`` in a script stops within a fraction of a second.

@@ -18,7 +18,7 @@ needs of them at run time:
 - ``message_listener_threads``: the size of the pool that runs ``message_listener`` callbacks;
 - ``stats``: the periodic statistics report (``lifecycle.stats``, given by the client), started
   with the client's loop;
-- the ``logger`` installed on the ``magnetar.client`` logger (``logger.py``), removed at close;
+- the ``logger`` installed on the ``magnetar.client`` logger (``client.logger``), removed at close;
 - ``listener_name``: the advertised listener whose address lookups should answer (WIRE.md R110).
 
 ``io_threads`` is checked and kept (``settings.io_threads``), but every connection of a client is

@@ -134,7 +134,7 @@ class ConsumerConfig:
     batch_index_ack_enabled: bool = False
     regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly
     dead_letter_policy: ConsumerDeadLetterPolicy | None = None
-    # What to do with an entry that cannot be decrypted (``consumer_decryption``).
+    # What to do with an entry that cannot be decrypted (``encryption.decryption``).
     crypto_failure_action: ConsumerCryptoFailureAction = ConsumerCryptoFailureAction.FAIL
     # ---- beyond pulsar-client
     retry_enable: bool = field(default=False, kw_only=True)

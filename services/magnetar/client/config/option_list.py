@@ -4,7 +4,7 @@ Why a table: each option used to be spelled out six times (the blocking signatur
 forward, the asyncio signature and its forward, the config class, the argument checks), and the
 blocking facade forwarded to the asyncio client by position, where two swapped booleans pass
 mypy. Now every list is one ``OptionList`` of ``Option``s, in pulsar-client's order, each with
-its name, its default, pulsar-client's argument check (``arguments.py``) and where each flavour
+its name, its default, pulsar-client's argument check (``config.arguments``) and where each flavour
 takes it:
 
 - ``BLOCKING``: the blocking facade's signature (``magnetar.Client``);

@@ -6,7 +6,7 @@ Pulsar" gives the reasons): ``batching_enabled`` is True in both flavours (pulsa
 ``create_producer``: False; ``pulsar.asyncio``: True), and the asyncio producer waits for room when
 ``max_pending_messages`` are in flight (``block_if_queue_full=True``, the natural back-pressure of
 ``await``), where the blocking one keeps pulsar-client's False. The config object is
-``producer.ProducerConfig``; the blocking facade always asks it for True and applies its own
+``producer.config.ProducerConfig``; the blocking facade always asks it for True and applies its own
 ``block_if_queue_full`` before the loop.
 """
 

@@ -1,1 +1,1 @@
-"""The client's background work: periodic stats, stopping background tasks, shutdown."""
+"""The client's background work: the periodic statistics report, and shutting everything down at once."""

@@ -2,7 +2,7 @@
 
 Why a client-side table: a topic of keyed updates (a compacted topic, typically) is a changelog,
 and many programs want the table it describes rather than the stream. Pulsar's clients build it
-with a reader; so does this one, with the existing reader (``reader``), so the table gets the
+with a reader; so does this one, with the existing reader (``readers.reader``), so the table gets the
 reader's guarantees (reconnection, compacted reads, partitioned topics) for free.
 
 How it works, as pulsar-client's (C++ ``TableViewImpl``):
