@@ -26,8 +26,9 @@ Java's ``doReconsumeLater`` / ``processPossibleToDLQ``):
 
 Exactly one copy in the dead letter topic. Pulsar does not promise it: a crash (of the client, or
 of the broker before the acknowledgement is durable) between the publish and the acknowledgement
-brings the message back and it is published again. The broker has no producer deduplication yet
-(issue 9), so the client does it, keyed by the letter's origin (``REAL_TOPIC`` +
+brings the message back and it is published again. Broker deduplication, where enabled, goes by
+producer name and sequence id, which a copy published again after a crash (by a new producer) does
+not share, so the client does it, keyed by the letter's origin (``REAL_TOPIC`` +
 ``ORIGIN_MESSAGE_ID``, which every copy and every retry of one message share):
 
 - the letters of each dead letter topic are indexed by origin: on first use the consumer reads the
