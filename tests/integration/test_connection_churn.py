@@ -1,5 +1,5 @@
 """Clients leaving: their connections are closed a bounded number per event-loop turn
-(broker/server/closing.py), and a client's half-close still ends its connection.
+(broker/loop/closing.py), and a client's half-close still ends its connection.
 
 A real in-process standalone; the clients are raw sockets in the same loop, which speak the
 connect handshake and then close. Each turn of the loop is observed by a callback that schedules
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from magnetar.broker.server.closing import PER_TURN
+from magnetar.broker.loop.closing import PER_TURN
 from magnetar.node.standalone import Standalone
 from magnetar.protocol.framing import FrameDecoder, encode_frame
 

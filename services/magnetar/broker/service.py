@@ -26,17 +26,18 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from magnetar.broker.cluster.advertised_listeners import choose, internal_listener
 from magnetar.broker.cluster.isolation import NamespaceIsolation, watch_policy_changes
 from magnetar.broker.cluster.ownership import BrokerInfo, Ownership
 from magnetar.broker.cluster.resources import Conflict, Resources
 from magnetar.broker.compaction.controller import TopicCompaction, delete_compaction_state
 from magnetar.broker.compaction.monitor import run_monitor
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.loop.closing import ClosingQueue
 from magnetar.broker.metrics.registry import BrokerMetrics
 from magnetar.broker.policies.expiry import PolicyChecks
 from magnetar.broker.policies.model import EffectivePolicies
-from magnetar.broker.server.advertised_listeners import choose, internal_listener
-from magnetar.broker.server.closing import ClosingQueue
+from magnetar.broker.subscriptions import cursor_ops
 from magnetar.broker.topics.loaded import LoadedTopics
 from magnetar.broker.topics.loads import TopicLoadSlots
 from magnetar.broker.topics.missing_namespace import require_namespace_of
@@ -106,9 +107,9 @@ class BrokerService:
         # Epoch seconds for aging data (TTL, retention, backlog-quota age): the guarded clock, which
         # does not follow a step of the wall clock (managed_ledger/clock.py); tests replace it.
         self.clock: Callable[[], float] = policy_time
-        self._policy_checks = PolicyChecks(self)
+        self._policy_checks = PolicyChecks(self, cursor_ops.expire)
         self.connections: set[Any] = set()
-        self.closing_connections = ClosingQueue()  # of clients that left (closing.py)
+        self.closing_connections = ClosingQueue()  # of clients that left (loop/closing.py)
         self.ready = False
         self.closing = False
         self.clustered = clustered

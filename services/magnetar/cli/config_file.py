@@ -87,7 +87,7 @@ KEYS: dict[str, dict[str, str]] = {
         "maxConcurrentTopicLoadsPerTenant": "max_concurrent_topic_loads_per_tenant",
         "preAuthenticationMaxFrameSize": "pre_authentication_max_frame_size",
         "preAuthenticationTimeoutSeconds": "pre_authentication_timeout_seconds",
-        # Advertised listeners (cli/listener_flags.py, broker/server/advertised_listeners.py)
+        # Advertised listeners (cli/listener_flags.py, broker/cluster/advertised_listeners.py)
         "advertisedListeners": "advertised_listeners",
         "internalListenerName": "internal_listener_name",
         # Schemas (cli/schema_flags.py, broker/schema/admission.py)

@@ -1,6 +1,6 @@
 """The advertised-listener flags of ``magnetar standalone`` and ``magnetar broker``.
 
-They feed ``broker/server/advertised_listeners.py``.
+They feed ``broker/cluster/advertised_listeners.py``.
 
 ``--advertised-listeners internal:pulsar://10.0.0.7:6650,external:pulsar://broker-0.example.com:6651``
 and ``--internal-listener-name internal`` are Pulsar's ``advertisedListeners`` and
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from magnetar.broker.server.advertised_listeners import internal_listener, parse_advertised_listeners
+from magnetar.broker.cluster.advertised_listeners import internal_listener, parse_advertised_listeners
 
 
 def add_listener_flags(parser: argparse.ArgumentParser) -> None:

@@ -16,19 +16,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection
+from typing import Any, Protocol
 
 from magnetar.broker.authz.checks import Authorizer
+from magnetar.broker.config import BrokerConfig
+from magnetar.metadata.store import MetadataStore
 from magnetar.protocol import commands as c
 from magnetar.protocol.errors import AuthorizationError
 from magnetar.protocol.topic_name import TopicName
 
-if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
-
 log = logging.getLogger(__name__)
 
 _RUNNING: set[asyncio.Task[None]] = set()
+
+
+class AuthorizingBroker(Protocol):
+    """The broker as authorization sees it (``BrokerService``, which sits above this package):
+    its settings, its metadata store and the client connections it serves (``ServerConnection``;
+    a re-check reads their role, producers and consumers and closes the refused ones)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def store(self) -> MetadataStore: ...
+    @property
+    def connections(self) -> Collection[Any]: ...
 
 
 def _in_namespace(topic_name: str, tenant: str, ns: str) -> TopicName | None:
@@ -47,7 +60,7 @@ async def _allowed(check: Any) -> bool:
         return False
 
 
-async def recheck_namespace(service: BrokerService, authz: Authorizer, tenant: str, ns: str) -> None:
+async def recheck_namespace(service: AuthorizingBroker, authz: Authorizer, tenant: str, ns: str) -> None:
     """Close every producer and consumer of this broker on ``tenant/ns`` that may no longer run."""
     for conn in list(service.connections):
         role = conn.auth_role
@@ -73,7 +86,7 @@ async def recheck_namespace(service: BrokerService, authz: Authorizer, tenant: s
                 log.info("%s is not allowed to consume from topic %s anymore: consumer %d closed", role, name, cid)
 
 
-def watch_revocations(service: BrokerService, authz: Authorizer) -> None:
+def watch_revocations(service: AuthorizingBroker, authz: Authorizer) -> None:
     """Re-check this broker's producers and consumers on each change of a namespace's record
     (once per authorizer; the service is held weakly, so a stopped broker is not kept alive)."""
     if authz.grants.listeners:

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.broker.cluster.advertised_listeners import Listener, choose, from_doc, to_doc
 from magnetar.broker.cluster.isolation import NamespaceIsolation, NoBrokerAvailable
-from magnetar.broker.server.advertised_listeners import Listener, choose, from_doc, to_doc
 from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
 from magnetar.protocol.checksum import crc32c

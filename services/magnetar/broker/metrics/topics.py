@@ -10,8 +10,8 @@ scraped. Here a scrape reads the loaded topics in slices of ``SLICE`` and render
 
 The text is rendered on the loop rather than in a worker thread: a thread rendering pure Python
 holds the GIL for up to the switch interval (5 ms) at a time, and each step of another tenant's
-request then waits for it. Between slices the scrape idles ``loop_pause.PAUSE`` (1 ms), not
-``sleep(0)``; ``loop_pause`` says why and what it bought.
+request then waits for it. Between slices the scrape idles ``loop.pause.PAUSE`` (1 ms), not
+``sleep(0)``; ``loop.pause`` says why and what it bought.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from magnetar.broker.server.loop_pause import PAUSE
+from magnetar.broker.loop.pause import PAUSE
 
 if TYPE_CHECKING:
     from magnetar.broker.topics.non_persistent import NonPersistentTopic

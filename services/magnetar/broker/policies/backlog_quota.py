@@ -1,6 +1,6 @@
 """Backlog quotas (Pulsar's ``backlog_quota_map``), retention values, and the rule between them.
 
-Policy values (pure functions, used by ``policies.py``):
+Policy values (pure functions in ``quotas``, which ``model`` validates documents with):
 
 * retention (``RetentionPolicies``): ``retentionTimeInMinutes`` and ``retentionSizeInMB``, each -1
   (no limit), 0 or positive; as in Pulsar, one limit 0 with the other non-zero is refused (0/0
@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from magnetar.broker.policies.model import EffectivePolicies
 from magnetar.broker.policies.quotas import (
     AGE,
     EVICTION,
@@ -60,19 +61,14 @@ from magnetar.broker.policies.quotas import (
     Quota,
     quotas_of,
 )
+from magnetar.broker.policies.targets import ExpireMessages, PolicySubscription, PolicyTopic
+from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.protocol.entry import decode_entry
 from magnetar.protocol.errors import (
     MagnetarError,
     ProducerBlockedQuotaExceededError,
     ProducerBlockedQuotaExceededException,
 )
-
-if TYPE_CHECKING:
-    from magnetar.broker.policies.model import EffectivePolicies
-    from magnetar.broker.service import BrokerService
-    from magnetar.broker.subscriptions.subscription import Subscription
-    from magnetar.broker.topics.persistent import PersistentTopic
-    from magnetar.managed_ledger import ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +79,7 @@ EVICTION_TARGET = 0.9
 _ACK_CHUNK = 10_000
 
 
-def slowest_subscription(topic: PersistentTopic) -> Subscription | None:
+def slowest_subscription(topic: PolicyTopic) -> PolicySubscription | None:
     """The durable subscription with the oldest unacknowledged entry (its mark-delete is lowest)."""
     subs = [s for s in topic.subscriptions.values() if s.durable]
     return min(subs, key=lambda s: s.cursor.mark_delete) if subs else None
@@ -103,12 +99,12 @@ def estimated_backlog_size(ml: ManagedLedger, mark_delete: Position) -> int:
     return total
 
 
-def backlog_size(topic: PersistentTopic) -> int:
+def backlog_size(topic: PolicyTopic) -> int:
     slowest = slowest_subscription(topic)
     return 0 if slowest is None else estimated_backlog_size(topic.ml, slowest.cursor.mark_delete)
 
 
-async def oldest_unacked(topic: PersistentTopic) -> tuple[Subscription, int] | None:
+async def oldest_unacked(topic: PolicyTopic) -> tuple[PolicySubscription, int] | None:
     """The slowest durable subscription and the publish time (ms) of its first unacknowledged
     entry, or None when no durable subscription has a backlog."""
     slowest = slowest_subscription(topic)
@@ -155,10 +151,13 @@ class Exceeded:
 
 # ---------------------------------------------------------------------------------- enforcing
 class BacklogQuotaGuard:
-    """The backlog quota state of one topic: the quotas in force, the last verdict, held sends."""
+    """The backlog quota state of one topic: the quotas in force, the last verdict, held sends.
 
-    def __init__(self, topic: PersistentTopic) -> None:
+    ``expire`` is ``cursor_ops.expire``, which an age quota's eviction runs (``targets``)."""
+
+    def __init__(self, topic: PolicyTopic, expire: ExpireMessages) -> None:
         self.topic = topic
+        self._expire = expire
         self.size_quota: Quota | None = None
         self.age_quota: Quota | None = None
         # Set while a hold or exception policy refuses sends (``_send`` looks at it per send).
@@ -265,7 +264,7 @@ class BacklogQuotaGuard:
         """Pulsar's ``dropBacklogForSizeLimit``: skip entries on the slowest subscription, in
         proportion to how far over 90 % of the quota the backlog is, until it is not."""
         topic, target = self.topic, EVICTION_TARGET * quota.limit
-        previous: Subscription | None = None
+        previous: PolicySubscription | None = None
         while True:
             slowest = slowest_subscription(topic)
             if slowest is None or slowest is previous:
@@ -285,11 +284,9 @@ class BacklogQuotaGuard:
     async def _evict_by_age(self, quota: Quota, now: float) -> None:
         """Acknowledge, on every durable subscription, what was published before 90 % of the
         quota's age (Pulsar's precise ``dropBacklogForTimeLimit``)."""
-        from magnetar.broker.subscriptions.cursor_ops import expire
-
         cutoff_ms = int((now - EVICTION_TARGET * quota.limit) * 1000)
         for sub in [s for s in self.topic.subscriptions.values() if s.durable]:
-            if await expire(sub, 0, cutoff_ms, count=False):
+            if await self._expire(sub, 0, cutoff_ms, count=False):
                 self.evictions += 1
 
     # ---------------------------------------------------------------- stats and lifecycle
@@ -311,7 +308,7 @@ class BacklogQuotaGuard:
         self.release()
 
 
-async def skip_entries(sub: Subscription, count: int) -> None:
+async def skip_entries(sub: PolicySubscription, count: int) -> None:
     """Acknowledge the first ``count`` entries after the mark-delete position (acknowledged ones
     included, as Pulsar's ``skipEntries(..., Include)``), through the subscription."""
     ml, cursor = sub.ml, sub.cursor
@@ -330,7 +327,23 @@ async def skip_entries(sub: Subscription, count: int) -> None:
         await sub.ack_positions(pending)
 
 
-async def run_backlog_quota_checks(service: BrokerService) -> None:
+class GuardedTopic(PolicyTopic, Protocol):
+    """A loaded persistent topic with its guard (``topics.PersistentTopic``)."""
+
+    @property
+    def backlog_quota(self) -> BacklogQuotaGuard: ...
+
+
+class QuotaBroker(Protocol):
+    """The broker as the periodic check sees it (``BrokerService``): its clock and loaded topics."""
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def topics(self) -> Mapping[str, GuardedTopic]: ...
+
+
+async def run_backlog_quota_checks(service: QuotaBroker) -> None:
     """One round of ``backlogQuotaCheckIntervalInSeconds``: every loaded topic with a quota."""
     now = service.clock()
     for topic in list(service.topics.values()):

@@ -4,10 +4,11 @@ Message TTL (Pulsar's ``message_ttl_in_seconds``, topic level over namespace lev
 TTL) is applied every ``messageExpiryCheckIntervalInMinutes``: on every subscription of every
 loaded topic (readers included, as Pulsar's ``PersistentTopic.checkMessageExpiry``; a compaction
 cursor excluded), the unacknowledged messages published more than TTL seconds ago are acknowledged
-by moving the cursor: ``subscription_admin.expire``, the same as the ``expire-messages`` admin
-verb. Age is measured by publish time (entry meta ``pt``); a delayed message not yet due expires
-like any other once its publish time is older than the TTL (Pulsar computes it the same way, so a
-delay longer than the TTL loses the message).
+by moving the cursor: ``subscriptions.cursor_ops.expire``, the same as the ``expire-messages``
+admin verb (handed in by the service, ``targets`` says why). Age is measured by publish time
+(entry meta ``pt``); a delayed message not yet due expires like any other once its publish time is
+older than the TTL (Pulsar computes it the same way, so a delay longer than the TTL loses the
+message).
 
 Each subscription reports Pulsar's ``msgRateExpired`` (messages per second over the last check
 interval), ``totalMsgExpired`` and ``lastExpireTimestamp`` (ms; 0 before the first expiry).
@@ -29,15 +30,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from magnetar.broker.policies.backlog_quota import run_backlog_quota_checks
-from magnetar.broker.subscriptions.cursor_ops import expire
-
-if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
-    from magnetar.broker.subscriptions.subscription import Subscription
-    from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.policies.backlog_quota import QuotaBroker, run_backlog_quota_checks
+from magnetar.broker.policies.targets import ExpireMessages, PolicySubscription, PolicyTopic
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +42,14 @@ log = logging.getLogger(__name__)
 COMPACTION_SUBSCRIPTION = "__compaction"
 
 
-async def expire_subscription(sub: Subscription, ttl_seconds: int, now_ms: int) -> int:
+class PolicyBroker(QuotaBroker, Protocol):
+    """The broker as its periodic checks see it (``BrokerService``): config, clock, loaded topics."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+
+async def expire_subscription(sub: PolicySubscription, ttl_seconds: int, now_ms: int, expire: ExpireMessages) -> int:
     """Expire what ``sub`` holds unacknowledged that was published more than ``ttl_seconds``
     before ``now_ms``; returns the number of messages expired (batch messages count one each)."""
     before = sub.cursor.backlog
@@ -55,23 +59,23 @@ async def expire_subscription(sub: Subscription, ttl_seconds: int, now_ms: int) 
     return max(0, before - sub.cursor.backlog)
 
 
-async def expire_topic(topic: PersistentTopic, now: float) -> int:
+async def expire_topic(topic: PolicyTopic, now: float, expire: ExpireMessages) -> int:
     """Apply the topic's message TTL to each of its subscriptions; returns messages expired."""
     ttl = int(topic.policies.get("message_ttl_in_seconds", 0) or 0)
     total = 0
     for sub in list(topic.subscriptions.values()):
         if ttl > 0 and not sub.name.startswith(COMPACTION_SUBSCRIPTION):
-            total += await expire_subscription(sub, ttl, int(now * 1000))
+            total += await expire_subscription(sub, ttl, int(now * 1000), expire)
         sub.expiry.sample(now)
     return total
 
 
-async def run_expiry_checks(service: BrokerService) -> None:
+async def run_expiry_checks(service: PolicyBroker, expire: ExpireMessages) -> None:
     """One round of ``messageExpiryCheckIntervalInMinutes`` over every loaded topic."""
     now = service.clock()
     for topic in list(service.topics.values()):
         try:
-            expired = await expire_topic(topic, now)
+            expired = await expire_topic(topic, now, expire)
         except Exception as exc:  # a read failed (bookie away): next round
             log.warning("message expiry on %s failed: %s", topic.name, exc)
             continue
@@ -79,7 +83,7 @@ async def run_expiry_checks(service: BrokerService) -> None:
             log.info("expired %d messages on %s (TTL)", expired, topic.name)
 
 
-async def run_retention_checks(service: BrokerService) -> None:
+async def run_retention_checks(service: PolicyBroker) -> None:
     """One round of ``retentionCheckIntervalInSeconds``: trim what retention no longer keeps."""
     now = service.clock()
     for topic in list(service.topics.values()):
@@ -87,16 +91,18 @@ async def run_retention_checks(service: BrokerService) -> None:
 
 
 class PolicyChecks:
-    """The broker's periodic policy checks, each on its own interval (module docstring)."""
+    """The broker's periodic policy checks, each on its own interval (module docstring);
+    ``expire`` is ``cursor_ops.expire``, which TTL runs (``targets``)."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: PolicyBroker, expire: ExpireMessages) -> None:
         self.service = service
+        self._expire = expire
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
         c = self.service.config
-        checks: list[tuple[str, float, Callable[[BrokerService], Awaitable[None]]]] = [
-            ("message expiry", c.message_expiry_check_interval_minutes * 60.0, run_expiry_checks),
+        checks: list[tuple[str, float, Callable[[PolicyBroker], Awaitable[None]]]] = [
+            ("message expiry", c.message_expiry_check_interval_minutes * 60.0, self._run_expiry_checks),
             ("retention", c.retention_check_interval_seconds, run_retention_checks),
             ("backlog quota", c.backlog_quota_check_interval_seconds, run_backlog_quota_checks),
         ]
@@ -105,7 +111,10 @@ class PolicyChecks:
             if interval > 0:
                 self._tasks.append(loop.create_task(self._every(name, interval, check), name=f"magnetar {name} check"))
 
-    async def _every(self, name: str, interval: float, check: Callable[[BrokerService], Awaitable[None]]) -> None:
+    async def _run_expiry_checks(self, service: PolicyBroker) -> None:
+        await run_expiry_checks(service, self._expire)
+
+    async def _every(self, name: str, interval: float, check: Callable[[PolicyBroker], Awaitable[None]]) -> None:
         while True:
             await asyncio.sleep(interval)
             try:

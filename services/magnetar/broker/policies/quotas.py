@@ -1,8 +1,8 @@
 """Backlog quota and retention policy values: their JSON forms, validation, and the rule between them.
 
 Kept apart from ``backlog_quota`` (which enforces the quotas on live topics) so that
-``policies`` can validate a stored document without importing the enforcement side, which in
-turn reads policies: values below, enforcement above.
+``model`` can validate a stored document without importing the enforcement side, which in turn
+reads the model: values below, enforcement above.
 """
 
 from __future__ import annotations

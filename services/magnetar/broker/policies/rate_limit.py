@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar.broker.policies.rates import (
     PUBLISH_RATE,
@@ -38,7 +38,6 @@ from magnetar.broker.policies.rates import (
 
 if TYPE_CHECKING:
     from magnetar.broker.policies.model import EffectivePolicies
-    from magnetar.broker.subscriptions.subscription import Subscription
 
 Clock = Callable[[], float]
 
@@ -335,13 +334,24 @@ class DispatchGate:
 
 
 # ---------------------------------------------------------------------- per topic
+class GatedSubscription(Protocol):
+    """A subscription as its topic's limits see it (``subscriptions.Subscription``, which builds
+    its ``DispatchGate`` from this module: the subscriptions package sits above the policies)."""
+
+    @property
+    def dispatch_gate(self) -> DispatchGate: ...
+    def schedule(self) -> None:
+        """Dispatch again now if it can (a throttled subscription after its limit was raised)."""
+        ...
+
+
 class TopicRateLimits:
     """A topic's limiters, kept in step with its effective policies (a ``policy_listener``)."""
 
     def __init__(
         self,
         policies: EffectivePolicies,
-        subscriptions: Callable[[], Iterable[Subscription]],
+        subscriptions: Callable[[], Iterable[GatedSubscription]],
         clock: Clock = time.monotonic,
     ) -> None:
         self._subscriptions = subscriptions
@@ -358,7 +368,7 @@ class TopicRateLimits:
             self.attach(sub)
             sub.schedule()  # a raised or removed limit lets a throttled subscription go on now
 
-    def attach(self, sub: Subscription) -> None:
+    def attach(self, sub: GatedSubscription) -> None:
         """Give ``sub`` this topic's limits (idempotent; called for every new subscription)."""
         sub.dispatch_gate.topic = self.dispatch
         sub.dispatch_gate.own.configure(self._sub_rate)

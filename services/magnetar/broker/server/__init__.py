@@ -1,1 +1,1 @@
-"""The binary-protocol server side: one client connection, its limits, closing, listeners."""
+"""The binary-protocol server side: one client connection and its limits."""

@@ -1,5 +1,5 @@
 """Admin operations on a subscription's position: Pulsar's reset-cursor, skip, clear-backlog,
-expire-messages and peek, run on the broker that owns the topic (``admin.py`` forwards there).
+expire-messages and peek, run on the broker that owns the topic (the admin API forwards there).
 
 Everything goes through the subscription, never around it, so that its dispatch state stays
 right: moving the mark-delete position anywhere (reset, clear-backlog) is ``Subscription.reset``,
@@ -22,9 +22,11 @@ Choices, where Pulsar leaves room:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from magnetar.broker.policies.targets import PolicySubscription
 from magnetar.managed_ledger import ManagedLedger, Position
 from magnetar.managed_ledger.search import first_reaching
 from magnetar.protocol.batch import decode_batch
@@ -33,7 +35,6 @@ from magnetar.protocol.errors import InvalidCommand, NotFound
 
 if TYPE_CHECKING:
     from magnetar.broker.subscriptions.subscription import Subscription
-    from magnetar.broker.topics.persistent import PersistentTopic
 
 # Pulsar's MessageId.latest: ledger and entry ids of Long.MAX_VALUE.
 LATEST_ID = 2**63 - 1
@@ -45,7 +46,17 @@ class SubscriptionNotFound(NotFound):
     """HTTP 404 with Pulsar's wording."""
 
 
-def subscription_of(topic: PersistentTopic, name: str) -> Subscription:
+class SubscribedTopic(Protocol):
+    """A persistent topic as the verbs see it (``topics.PersistentTopic``; the topics package sits
+    above this one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def subscriptions(self) -> Mapping[str, Subscription]: ...
+
+
+def subscription_of(topic: SubscribedTopic, name: str) -> Subscription:
     sub = topic.subscriptions.get(name)
     if sub is None:
         raise SubscriptionNotFound(f"Subscription {name} not found for topic {topic.name}")
@@ -101,7 +112,7 @@ async def reset_to_message_id(sub: Subscription, ledger: int, entry: int, *, exc
 # ---------------------------------------------------------------------------------- skip / expire
 
 
-async def _ack_all(sub: Subscription, positions: list[Position]) -> None:
+async def _ack_all(sub: PolicySubscription, positions: list[Position]) -> None:
     for i in range(0, len(positions), ACK_CHUNK):
         await sub.ack_positions(positions[i : i + ACK_CHUNK])
 
@@ -139,10 +150,13 @@ async def skip_all(sub: Subscription) -> None:
     await sub.reset(sub.ml.last_confirmed)
 
 
-async def expire(sub: Subscription, expire_seconds: int, now_ms: int, *, count: bool = True) -> int:
+async def expire(sub: PolicySubscription, expire_seconds: int, now_ms: int, *, count: bool = True) -> int:
     """Acknowledge every entry published more than ``expire_seconds`` before ``now_ms``;
     returns how many entries that acknowledged. The messages count in the subscription's
-    expiry stats (``totalMsgExpired``) unless ``count`` is False (backlog quota eviction)."""
+    expiry stats (``totalMsgExpired``) unless ``count`` is False (backlog quota eviction).
+
+    It asks of ``sub`` only what the policies know of a subscription (``policies.targets``), since
+    TTL and the backlog quota run it too, handed to them as an ``ExpireMessages``."""
     if expire_seconds < 0:
         raise InvalidCommand(f"the expiry time must not be negative, got {expire_seconds}")
     ml, cursor = sub.ml, sub.cursor

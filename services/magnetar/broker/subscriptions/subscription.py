@@ -43,13 +43,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from magnetar import write_batch
+from magnetar.broker.policies.expiry_stats import ExpiryStats
 from magnetar.broker.policies.rate_limit import DispatchGate
 from magnetar.broker.subscriptions.consumer import ServerConsumer, UnackedCount
 from magnetar.broker.subscriptions.delayed_delivery import DelayedDeliveryTracker, now_ms
 from magnetar.broker.subscriptions.dispatchers import Dispatcher, check_joinable, dispatcher_for
 from magnetar.broker.subscriptions.dispatchers.key_hash import key_hash
 from magnetar.broker.subscriptions.dispatchers.key_shared import KeySharedDispatcher
-from magnetar.broker.subscriptions.expiry_stats import ExpiryStats
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, Position
 from magnetar.protocol import commands as c
 from magnetar.protocol.entry import EntryMeta, decode_entry

@@ -6,29 +6,44 @@ in the metadata store, so any broker answers for them. A non-persistent topic ex
 some broker has it loaded (``non_persistent_registry``), so, as Pulsar lists them from the owners
 of the namespace's bundles, the answering broker adds its own loaded topics to those of every
 other live broker, asked through the admin API's local listing
-(``GET /admin/v2/non-persistent/{tenant}/{ns}?local=true``, which ``non_persistent_admin`` serves).
+(``GET /admin/v2/non-persistent/{tenant}/{ns}?local=true``, which ``admin/non_persistent.py`` serves).
 A broker that does not answer adds nothing: it may be stopping, and its topics go with it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import aiohttp
 
 from magnetar.broker.auth.http import outgoing_headers
+from magnetar.broker.cluster.ownership import Ownership
+from magnetar.broker.cluster.resources import Resources
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.topics.non_persistent_registry import NonPersistentTopics
 from magnetar.protocol import commands as c
-
-if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
 
 # Time allowed to each other broker's answer: a stuck broker must not hold up the listing.
 REMOTE_LIST_TIMEOUT_SECONDS = 5.0
 
 
-async def topics_of_namespace(service: BrokerService, tenant: str, ns: str, mode: str) -> list[str]:
+class ListingBroker(Protocol):
+    """The broker as the listing sees it (``BrokerService``, which sits above the topics package):
+    the stored topics, its loaded non-persistent ones, the live brokers, the credentials to ask them."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def resources(self) -> Resources: ...
+    @property
+    def non_persistent(self) -> NonPersistentTopics: ...
+    @property
+    def ownership(self) -> Ownership | None: ...
+
+
+async def topics_of_namespace(service: ListingBroker, tenant: str, ns: str, mode: str) -> list[str]:
     """The namespace's topics of the domains ``mode`` names (``commands.TOPICS_MODES``)."""
     out: list[str] = []
     if mode in (c.TOPICS_PERSISTENT, c.TOPICS_ALL):
@@ -38,7 +53,7 @@ async def topics_of_namespace(service: BrokerService, tenant: str, ns: str, mode
     return out
 
 
-async def non_persistent_topics(service: BrokerService, tenant: str, ns: str) -> list[str]:
+async def non_persistent_topics(service: ListingBroker, tenant: str, ns: str) -> list[str]:
     """The non-persistent topics of ``tenant/ns`` loaded on any live broker of the cluster."""
     names = set(service.non_persistent.in_namespace(tenant, ns))
     own = service.ownership
@@ -50,7 +65,7 @@ async def non_persistent_topics(service: BrokerService, tenant: str, ns: str) ->
     return sorted(names)
 
 
-async def _remote_list(service: BrokerService, url: str) -> list[str]:
+async def _remote_list(service: ListingBroker, url: str) -> list[str]:
     timeout = aiohttp.ClientTimeout(total=REMOTE_LIST_TIMEOUT_SECONDS)
     try:
         async with (

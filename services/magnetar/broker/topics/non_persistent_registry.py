@@ -18,22 +18,53 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection
+from typing import Any, Protocol
 
-from magnetar.broker.cluster.resources import Conflict
+from prometheus_client import Counter
+
+from magnetar.broker.cluster.resources import Conflict, Resources
+from magnetar.broker.config import BrokerConfig
 from magnetar.broker.policies.model import EffectivePolicies
 from magnetar.broker.topics.non_persistent import NonPersistentTopic
+from magnetar.broker.topics.rate_sampler import RateSampler
 from magnetar.protocol.errors import InvalidTopicName, NotFound, ServiceNotReady, TopicNotFound
 from magnetar.protocol.topic_name import NON_PERSISTENT, TopicName
-
-if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
 
+class DropCounter(Protocol):
+    """The broker's metrics, as far as non-persistent topics count into them."""
+
+    @property
+    def msgs_dropped(self) -> Counter: ...
+
+
+class HostingBroker(Protocol):
+    """The broker as its non-persistent topics see it (``BrokerService``, which holds this
+    registry and sits above the topics package): whether it is stopping, whether it owns a topic,
+    its settings, metadata, rate sampler and metrics, and the connections an unload tells."""
+
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def resources(self) -> Resources: ...
+    @property
+    def rate_sampler(self) -> RateSampler: ...
+    @property
+    def metrics(self) -> DropCounter: ...
+    @property
+    def connections(self) -> Collection[Any]: ...
+    async def ensure_owned(self, name: TopicName) -> None:
+        """ServiceNotReady unless this broker owns (or could just take) the topic's bundle."""
+        ...
+
+
 class NonPersistentTopics:
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: HostingBroker) -> None:
         self.service = service
         self.topics: dict[str, NonPersistentTopic] = {}
         self._refreshing: set[asyncio.Task[None]] = set()

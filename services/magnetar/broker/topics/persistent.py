@@ -18,6 +18,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.policies.backlog_quota import BacklogQuotaGuard
 from magnetar.broker.policies.model import EffectivePolicies
 from magnetar.broker.policies.rate_limit import TopicRateLimits
+from magnetar.broker.subscriptions import cursor_ops
 from magnetar.broker.subscriptions.consumer import ServerConsumer
 from magnetar.broker.subscriptions.subscription import Subscription
 from magnetar.broker.topics.dedup import Deduplication
@@ -66,8 +67,9 @@ class PersistentTopic:
         self.config = config or BrokerConfig()
         self.dedup = Deduplication(name, ml, self.config, self.policies)
         self.policy_listeners.append(self.dedup.apply)
-        # Backlog quotas (backlog_quota.py): checked periodically and at producer creation.
-        self.backlog_quota = BacklogQuotaGuard(self)
+        # Backlog quotas (backlog_quota.py): checked periodically and at producer creation; an age
+        # quota's eviction expires messages as the admin verb does.
+        self.backlog_quota = BacklogQuotaGuard(self, cursor_ops.expire)
         self.policy_listeners.append(self.backlog_quota.apply)
         # Producer access modes and the topic epoch (producer_access.py).
         self.access = ProducerAccess(name, lambda: list(self.producers.values()), ml)

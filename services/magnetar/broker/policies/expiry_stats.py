@@ -1,7 +1,8 @@
 """What a subscription reports about message expiry (Pulsar's SubscriptionStats names).
 
-Its own module because every subscription holds one while the TTL checker (``expiry``) reads
-subscriptions: the stats sit below both.
+Its own module, in ``policies`` next to the TTL check (``expiry``) rather than with the
+subscriptions: every subscription holds one, and the TTL check reads it through the subscription,
+so the stats sit below both.
 """
 
 from __future__ import annotations

@@ -4,15 +4,18 @@ When a client closes its side, the event loop reads the end of its stream and, b
 the transport at once; the connection's cleanup (``connection_lost``) follows in the same turn's
 callbacks. When thousands of clients leave together (an application fleet stopping, a load
 balancer dropping its connections), all of that ran in one or two turns: 10,000 leaving clients
-stopped the broker's loop for about 150 ms, and every other tenant's requests waited (issue 13,
-the exhaustion scenario's quiet tenant).
+stopped the broker's loop for about 150 ms, and every other tenant's requests waited (the
+exhaustion scenario's quiet tenant, tests/faults/test_exhaustion.py).
 
 ``ServerConnection.eof_received`` keeps the transport open instead and hands it to the broker's
 ``ClosingQueue``, which closes at most ``PER_TURN`` transports per loop turn: the work is the
 same, spread over turns, with other connections' callbacks in between. Between two batches the
-loop idles ``loop_pause.PAUSE`` (1 ms) rather than going straight on (``call_soon``); ``loop_pause``
-says why and what it bought. A client that left needs nothing more from the connection, so the
+loop idles ``pause.PAUSE`` (1 ms) rather than going straight on (``call_soon``); ``pause`` says
+why and what it bought. A client that left needs nothing more from the connection, so the
 delay costs it nothing; its producers and consumers are removed when the close completes, as before.
+
+The queue sits in ``loop/``, below the service that owns one per broker, rather than with the
+connection that feeds it: the service holds it, and the server package sits above the service.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from magnetar.broker.server.loop_pause import PAUSE
+from magnetar.broker.loop.pause import PAUSE
 
 PER_TURN = 64
 
