@@ -1,4 +1,4 @@
-"""Hypothesis strategies: every command of ``protocol/commands.py``, built by its constructor."""
+"""Hypothesis strategies: every command of ``protocol/commands/``, built by its constructor."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A raw protocol connection for the WIRE.md tests: frames in and out of a socket, nothing else.
 
-The tests speak the protocol by hand (with the constructors of ``protocol/commands.py``) rather
+The tests speak the protocol by hand (with the constructors of ``protocol/commands/``) rather
 than through the client, so that each rule is checked against what the server itself does. Reads
 block on the socket with a timeout (an event, never a sleep).
 """
