@@ -1,4 +1,4 @@
-"""Message chunking (``client.chunking``, WIRE.md R41a/R41b): the pure split and reassembly rules,
+"""Message chunking (``client.producer.chunking`` and ``client.consumer.chunks``, WIRE.md R41a/R41b): the pure split and reassembly rules,
 then round trips through a real standalone broker.
 
 The unit tests pin Pulsar's consumer rules one by one (interleaving, the pending limit with and

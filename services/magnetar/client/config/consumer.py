@@ -123,7 +123,7 @@ class ConsumerConfig:
     # No-op: there is no geo-replication, so no subscription state to replicate (as on a Pulsar
     # cluster without replication).
     replicate_subscription_state_enabled: bool = False
-    # Chunked messages (``chunking.ChunkAssembler``): incomplete ones buffered at most (0: no limit),
+    # Chunked messages (``consumer.chunks.ChunkAssembler``): incomplete ones buffered at most (0: no limit),
     # and whether the oldest is acknowledged (else left for redelivery) when one more arrives.
     max_pending_chunked_message: int = 10
     auto_ack_oldest_chunked_message_on_queue_full: bool = False
