@@ -1,5 +1,5 @@
-"""Message chunking (``client.producer.chunking`` and ``client.consumer.chunks``, WIRE.md R41a/R41b): the pure split and reassembly rules,
-then round trips through a real standalone broker.
+"""Message chunking (``client.producer.chunking`` and ``client.consumer.chunks``, WIRE.md R41a/R41b):
+the pure split and reassembly rules, then round trips through a real standalone broker.
 
 The unit tests pin Pulsar's consumer rules one by one (interleaving, the pending limit with and
 without auto-ack, expiry, duplicates from a producer's resend). The standalone tests show what a

@@ -57,7 +57,8 @@ class EntryMeta(TypedDict):
     sv: NotRequired[int]
 
 
-# The chunk keys of ``EntryMeta`` (``client.producer.chunking`` writes them, ``client.consumer.chunks`` reads them; the broker leaves them alone).
+# The chunk keys of ``EntryMeta``: ``client.producer.chunking`` writes them, ``client.consumer.chunks``
+# reads them, the broker leaves them alone.
 META_CHUNK_UUID: Final = "uuid"
 META_CHUNK_ID: Final = "cid"
 META_NUM_CHUNKS: Final = "cn"
