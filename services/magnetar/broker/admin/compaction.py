@@ -10,22 +10,25 @@ On a partitioned topic, as in Pulsar, use its partitions.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from magnetar.broker.admin.forwarding import topic_on_owner
 from magnetar.broker.compaction.controller import CompactedTopic, TopicCompaction
 from magnetar.protocol.errors import TopicNotFound
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
 
 BASE = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
 
 
-def add_compaction_routes(app: web.Application, admin: Any) -> None:
-    """Register before the ``.../{topic}/{policy}`` catch-all. ``admin`` is the ``admin.AdminServer``
-    (its topic parsing and forwarding to the owner; untyped here to keep the modules acyclic)."""
+def add_compaction_routes(app: web.Application, service: BrokerService) -> None:
+    """Register before the ``.../{topic}/{policy}`` catch-all."""
 
     async def topic_of(request: web.Request) -> tuple[CompactedTopic | None, web.StreamResponse | None]:
-        found: tuple[CompactedTopic | None, web.StreamResponse | None] = await admin._topic_on_owner(request)
+        found: tuple[CompactedTopic | None, web.StreamResponse | None] = await topic_on_owner(service, request)
         return found
 
     def compaction_of(topic: CompactedTopic) -> TopicCompaction:

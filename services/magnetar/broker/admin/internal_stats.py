@@ -13,13 +13,17 @@ a broker feature (deduplication's replay) still needs, which holds back trimming
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from magnetar.broker.admin.forwarding import topic_on_owner
 from magnetar.broker.compaction.controller import CompactedTopic, TopicCompaction
 from magnetar.ledger.metadata_format import LedgerMetadata
 from magnetar.protocol.errors import NoSuchLedger
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
 
 
 def ledger_metadata_doc(md: LedgerMetadata) -> dict[str, Any]:
@@ -90,16 +94,15 @@ async def internal_stats_of(topic: CompactedTopic, *, metadata: bool = False) ->
     }
 
 
-def add_internal_stats_route(app: web.Application, admin: Any) -> None:
+def add_internal_stats_route(app: web.Application, service: BrokerService) -> None:
     """``GET /admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats[?metadata=true]``, answered by
-    the topic's owner (forwarded there in a cluster). ``admin`` is the ``admin.AdminServer`` (its
-    topic parsing and forwarding; untyped to keep the modules acyclic). Register before the
-    ``.../{topic}/{policy}`` catch-all."""
+    the topic's owner (forwarded there in a cluster). Register before the ``.../{topic}/{policy}``
+    catch-all."""
 
     async def internal_stats(request: web.Request) -> web.StreamResponse:
-        topic, forwarded = await admin._topic_on_owner(request)
+        topic, forwarded = await topic_on_owner(service, request)
         if forwarded is not None:
-            return forwarded  # type: ignore[no-any-return]
+            return forwarded
         wanted = request.query.get("metadata", "false").lower() == "true"
         return web.json_response(await internal_stats_of(topic, metadata=wanted))
 

@@ -16,28 +16,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
+from magnetar.broker.admin.forwarding import forward, proxy
 from magnetar.broker.auth.http import outgoing_headers
 from magnetar.protocol.errors import NotFound, TopicNotFound
 from magnetar.protocol.topic_name import NON_PERSISTENT, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
-
-
-class AdminServer(Protocol):
-    """What these routes use of the admin server (``admin.AdminServer``), which registers them:
-    a protocol instead of an import, so the two modules do not import each other."""
-
-    service: BrokerService
-
-    async def _proxy(self, method: str, url: str, body: bytes = b"") -> web.Response: ...
-
-    async def _forward(self, request: web.Request, name: TopicName) -> web.Response | None: ...
 
 
 BASE = "/admin/v2/non-persistent/{tenant}/{ns}"
@@ -54,9 +44,9 @@ REFUSED = {
 }
 
 
-def add_non_persistent_routes(app: web.Application, admin: AdminServer) -> None:
+def add_non_persistent_routes(app: web.Application, service: BrokerService) -> None:
     """Register the non-persistent topic routes on the admin ``app``."""
-    routes = NonPersistentRoutes(admin)
+    routes = NonPersistentRoutes(service)
     r = app.router
     r.add_get("/lookup/v2/topic/non-persistent/{tenant}/{ns}/{topic}", routes.lookup)
     r.add_get(BASE, routes.list_topics)
@@ -83,9 +73,8 @@ def add_non_persistent_routes(app: web.Application, admin: AdminServer) -> None:
 
 
 class NonPersistentRoutes:
-    def __init__(self, admin: AdminServer) -> None:
-        self.admin = admin
-        self.service = admin.service
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
 
     @staticmethod
     def _name(request: web.Request) -> TopicName:
@@ -102,7 +91,7 @@ class NonPersistentRoutes:
         else:
             info, redirect = await own.lookup(name)
             if redirect:
-                return await self.admin._proxy("GET", info.web_url + request.path)
+                return await proxy(self.service, "GET", info.web_url + request.path)
             broker_url, web_url = info.broker_url, info.web_url
         return web.json_response({"brokerUrl": broker_url, "nativeUrl": broker_url, "httpUrl": web_url})
 
@@ -142,7 +131,7 @@ class NonPersistentRoutes:
         """Load the topic on its owner (Pulsar's createNonPartitionedTopic on this domain): it
         exists from now until it is deleted or its broker stops."""
         name = self._name(request)
-        forwarded = await self.admin._forward(request, name)
+        forwarded = await forward(self.service, request, name)
         if forwarded is not None:
             return forwarded
         if str(name) in self.service.non_persistent.topics:
@@ -152,7 +141,7 @@ class NonPersistentRoutes:
 
     async def delete_topic(self, request: web.Request) -> web.StreamResponse:
         name = self._name(request)
-        forwarded = await self.admin._forward(request, name)
+        forwarded = await forward(self.service, request, name)
         if forwarded is not None:
             return forwarded
         force = request.query.get("force", "false").lower() == "true"
@@ -161,21 +150,21 @@ class NonPersistentRoutes:
 
     async def stats(self, request: web.Request) -> web.StreamResponse:
         name = self._name(request)
-        forwarded = await self.admin._forward(request, name)
+        forwarded = await forward(self.service, request, name)
         if forwarded is not None:
             return forwarded
         return web.json_response(self.service.non_persistent.loaded(name).stats())
 
     async def internal_stats(self, request: web.Request) -> web.StreamResponse:
         name = self._name(request)
-        forwarded = await self.admin._forward(request, name)
+        forwarded = await forward(self.service, request, name)
         if forwarded is not None:
             return forwarded
         return web.json_response(self.service.non_persistent.loaded(name).internal_stats())
 
     async def subscriptions(self, request: web.Request) -> web.StreamResponse:
         name = self._name(request)
-        forwarded = await self.admin._forward(request, name)
+        forwarded = await forward(self.service, request, name)
         if forwarded is not None:
             return forwarded
         return web.json_response(sorted(self.service.non_persistent.loaded(name).subscriptions))
@@ -204,7 +193,7 @@ class NonPersistentRoutes:
 
         async def handler(request: web.Request) -> web.StreamResponse:
             name = self._name(request)
-            forwarded = await self.admin._forward(request, name)
+            forwarded = await forward(self.service, request, name)
             if forwarded is not None:
                 return forwarded
             if str(name) not in self.service.non_persistent.topics:

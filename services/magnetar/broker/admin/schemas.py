@@ -4,22 +4,22 @@
 with the effective strategy, but not subject to ``isAllowAutoUpdateSchema``: uploading is how a
 schema gets in when producers may not register one), delete (a tombstone, or the whole record
 with ``?force=true``), test compatibility, and find the version of a schema. Every broker answers
-these itself: the registry lives in the metadata store (schema_registry.py), so there is no owner
+these itself: the registry lives in the metadata store (``schema/registry.py``), so there is no owner
 to forward to. Bodies are Pulsar's JSON (``GetSchemaResponse``: version, type, timestamp, data,
 properties; ``PostSchemaResponse``; ``DeleteSchemaResponse``; ``IsCompatibilityResponse``;
 ``LongSchemaVersion``); an incompatible upload is 409 with the reason, as in Pulsar.
 
 Also here, the schema policy routes whose verbs or defaults differ from the generic policy routes
-of admin.py: Pulsar sets ``schemaCompatibilityStrategy`` with PUT (namespace and topic level; POST
-and DELETE go through the generic routes), and a GET of an unset namespace policy answers Pulsar's
-defaults (UNDEFINED, false, true) rather than null.
+of ``namespaces.py`` and ``topics.py``: Pulsar sets ``schemaCompatibilityStrategy`` with PUT
+(namespace and topic level; POST and DELETE go through the generic routes), and a GET of an unset
+namespace policy answers Pulsar's defaults (UNDEFINED, false, true) rather than null.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -28,6 +28,9 @@ from magnetar.broker.schema.registry import SchemaRegistry, SchemaVersion
 from magnetar.protocol.errors import IncompatibleSchema, InvalidCommand, NotFound
 from magnetar.protocol.topic_name import TopicName
 from magnetar.schema.info import CompatibilityStrategy, SchemaInfo
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
 
 SCHEMAS = "/admin/v2/schemas/{tenant}/{ns}/{topic}"
 NS_POLICY = "/admin/v2/namespaces/{tenant}/{ns}"
@@ -73,10 +76,8 @@ def _conflict(exc: IncompatibleSchema) -> web.Response:
     return web.json_response({"reason": str(exc)}, status=409)
 
 
-def add_schema_routes(app: web.Application, server: Any) -> None:
-    """Mount the routes; ``server`` is the ``AdminServer`` (``Any`` here: no import of admin.py,
-    which imports this module)."""
-    service = server.service
+def add_schema_routes(app: web.Application, service: BrokerService) -> None:
+    """Mount the routes on the admin ``app``."""
     registry = SchemaRegistry(service.store)
 
     async def namespace_exists(name: TopicName) -> None:
