@@ -40,20 +40,10 @@ from pyspark.sql.types import (
 
 from magnetar.jobs.ledger_reads import StoredEntry
 from magnetar.jobs.rows import COLUMNS, entry_rows
+from magnetar.jobs.schema_versions import SchemaVersion, listed_versions, live_versions, schema_key
 from magnetar.jobs.source import SCHEMA, typed_schema
-from magnetar.jobs.value_schema import (
-    Node,
-    SchemaMergeError,
-    SchemaVersion,
-    TypedValues,
-    arrow_type,
-    avro_node,
-    listed_versions,
-    live_versions,
-    merge_nodes,
-    schema_key,
-    spark_type,
-)
+from magnetar.jobs.value_schema import TypedValues
+from magnetar.jobs.value_types import Node, SchemaMergeError, arrow_type, avro_node, merge_nodes, spark_type
 from magnetar.protocol.batch import encode_batch, make_record
 from magnetar.protocol.entry import EntryMeta
 from magnetar.schema.info import SchemaType

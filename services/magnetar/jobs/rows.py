@@ -37,7 +37,8 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 
 from magnetar.jobs.ledger_reads import StoredEntry
-from magnetar.jobs.value_schema import SCHEMA_VERSION_COLUMN, VALUE_COLUMN, ValueDecoder, arrow_type
+from magnetar.jobs.value_schema import SCHEMA_VERSION_COLUMN, VALUE_COLUMN, ValueDecoder
+from magnetar.jobs.value_types import arrow_type
 from magnetar.protocol.batch import decode_batch
 from magnetar.protocol.entry import (
     META_CHUNK_ID,
