@@ -9,8 +9,8 @@ reader: a program written with ``from pulsar.schema import ...`` runs with ``mag
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from magnetar.schema.definition import (
-    Array,
+from magnetar.schema.definition import Array, Map, Record
+from magnetar.schema.fields import (
     Boolean,
     Bytes,
     CustomEnum,
@@ -19,9 +19,7 @@ from magnetar.schema.definition import (
     Float,
     Integer,
     Long,
-    Map,
     Null,
-    Record,
     String,
 )
 from magnetar.schema.schema import BytesSchema, JsonSchema, Schema, StringSchema

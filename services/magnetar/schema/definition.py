@@ -1,4 +1,4 @@
-"""Record classes and field types, as ``pulsar.schema``'s: a class declares a typed record.
+"""Record classes and the container fields, as ``pulsar.schema``'s: a class declares a typed record.
 
 A ``Record`` subclass lists its fields as class attributes (``id = String(required=True)``) and
 ``Record.schema()`` turns it into an Avro schema dict. That dict must be exactly the one Pulsar's
@@ -10,6 +10,10 @@ a field is a ``["null", T]`` union unless ``required``, ``default`` appears in t
 schema is referred to by name, and only the fields declared on the class itself count (a subclass
 of a record subclass does not inherit its parent's fields).
 
+The scalar field types (``Integer``, ``String``, ``CustomEnum``...) are in ``fields``; the
+containers ``Array`` and ``Map`` are here with ``Record``, because records nest in them and they in
+records.
+
 Beyond Pulsar, every field knows how to turn its Python value into what fastavro writes and back
 (``_to_avro`` / ``_from_avro``) and into JSON (``_to_json`` / ``_from_json``); a record class
 compiles these into one plan per class, so encoding a record costs one pass over its fields rather
@@ -18,18 +22,15 @@ than a walk of ``__dict__`` that asks every value what it is.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import copy
 import enum
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from magnetar.schema.fields import CustomEnum, Field, enum_to_name, name_of
+
 Convert = Callable[[Any], Any]
-
-
-def _name_of(x: Any) -> str:
-    return str(getattr(x, "__name__", x))
 
 
 def _as_field(x: Any) -> Any:
@@ -41,7 +42,7 @@ def _as_field(x: Any) -> Any:
         return CustomEnum(x)
     if isinstance(x, (Field, Record)):
         return x
-    raise Exception(f"Argument {_name_of(x)} is not a Record or a Field")
+    raise Exception(f"Argument {name_of(x)} is not a Record or a Field")
 
 
 class RecordMeta(type):
@@ -173,7 +174,7 @@ class Record(metaclass=RecordMeta):
             return self.default()
         if not isinstance(val, type(self)):
             raise TypeError(
-                f"Invalid type '{type(val)}' for sub-record field '{name}'. Expected: {_name_of(type(self))}"
+                f"Invalid type '{type(val)}' for sub-record field '{name}'. Expected: {name_of(type(self))}"
             )
         return val
 
@@ -259,7 +260,7 @@ def _avro_writer(field: Any) -> Convert | None:
     if isinstance(field, Record):
         return field._to_avro
     if isinstance(field, CustomEnum):
-        return _enum_to_name
+        return enum_to_name
     if isinstance(field, Array):
         item = _avro_writer(field.array_type)
         if item is None:
@@ -291,10 +292,6 @@ def _avro_reader(field: Any) -> Convert | None:
     return None
 
 
-def _enum_to_name(value: Any) -> Any:
-    return value.name if isinstance(value, enum.Enum) else value
-
-
 def _records_from_dicts(item_type: Any, items: list[Any]) -> list[Any]:
     if isinstance(item_type, Record):
         return [type(item_type)(**x) if isinstance(x, dict) else x for x in items]
@@ -305,207 +302,6 @@ def _record_map_from_dicts(value_type: Any, values: dict[Any, Any]) -> dict[Any,
     if isinstance(value_type, Record):
         return {k: type(value_type)(**v) if isinstance(v, dict) else v for k, v in values.items()}
     return values
-
-
-class Field:
-    """A typed field of a record: its Avro type, the Python type it holds, and its default."""
-
-    def __init__(self, default: Any = None, required: bool = False, required_default: bool = False) -> None:
-        self._required = required
-        if default is not None:
-            default = self.validate_type("default", default)
-        self._default = default
-        self._required_default = required_default
-
-    def type(self) -> Any:
-        raise NotImplementedError
-
-    def python_type(self) -> Any:
-        raise NotImplementedError
-
-    def validate_type(self, name: str, val: Any) -> Any:
-        if val is None and not self._required:
-            return self.default()
-        if not isinstance(val, self.python_type()):
-            raise TypeError(f"Invalid type '{type(val)}' for field '{name}'. Expected: {_name_of(self.python_type())}")
-        return val
-
-    def schema(self) -> Any:
-        return self.type()
-
-    def schema_info(self, defined_names: set[str]) -> Any:
-        return self.type()
-
-    def default(self) -> Any:
-        return self._default
-
-    def required_default(self) -> bool:
-        return self._required_default
-
-    # Codecs: primitive values are the same in Python, fastavro and JSON.
-    def _to_avro(self, value: Any) -> Any:
-        return value
-
-    def _from_avro(self, value: Any) -> Any:
-        return value
-
-    def _to_json(self, value: Any) -> Any:
-        return value
-
-    def _from_json(self, value: Any) -> Any:
-        return value
-
-
-class Null(Field):
-    def type(self) -> str:
-        return "null"
-
-    def python_type(self) -> builtins.type:
-        return type(None)
-
-    def validate_type(self, name: str, val: Any) -> Any:
-        if val is not None:
-            raise TypeError(f"Field {name} is set to be None")
-        return val
-
-
-class Boolean(Field):
-    def type(self) -> str:
-        return "boolean"
-
-    def python_type(self) -> builtins.type:
-        return bool
-
-    def default(self) -> Any:
-        return False if self._default is None else self._default
-
-
-class Integer(Field):
-    def type(self) -> str:
-        return "int"
-
-    def python_type(self) -> builtins.type:
-        return int
-
-
-class Long(Field):
-    def type(self) -> str:
-        return "long"
-
-    def python_type(self) -> builtins.type:
-        return int
-
-
-class Float(Field):
-    def type(self) -> str:
-        return "float"
-
-    def python_type(self) -> tuple[builtins.type, ...]:
-        return (float, int)
-
-
-class Double(Field):
-    def type(self) -> str:
-        return "double"
-
-    def python_type(self) -> tuple[builtins.type, ...]:
-        return (float, int)
-
-
-class Bytes(Field):
-    def type(self) -> str:
-        return "bytes"
-
-    def python_type(self) -> tuple[builtins.type, ...]:
-        return (bytes, str)
-
-    def validate_type(self, name: str, val: Any) -> Any:
-        if isinstance(val, str):
-            return val.encode()
-        if val is None and not self._required:
-            return self.default()
-        if not isinstance(val, (bytes, bytearray)):
-            raise TypeError(f"Invalid type '{type(val)}' for field '{name}'. Expected: bytes")
-        return bytes(val)
-
-    # JSON has no bytes: base64 text, as the Java client's Jackson writes a byte[].
-    def _to_json(self, value: Any) -> Any:
-        return None if value is None else base64.b64encode(value).decode("ascii")
-
-    def _from_json(self, value: Any) -> Any:
-        return base64.b64decode(value) if isinstance(value, str) else value
-
-
-class String(Field):
-    def type(self) -> str:
-        return "string"
-
-    def python_type(self) -> tuple[builtins.type, ...]:
-        return (str, bytes)
-
-    def validate_type(self, name: str, val: Any) -> Any:
-        if val is None and not self._required:
-            return self.default()
-        if isinstance(val, bytes):
-            return val.decode()
-        if not isinstance(val, str):
-            raise TypeError(f"Invalid type '{type(val)}' for field '{name}'. Expected a string")
-        return val
-
-
-class CustomEnum(Field):
-    """A Python ``Enum`` as an Avro enum: written by member name (JSON: by member value)."""
-
-    def __init__(
-        self, enum_type: Any, default: Any = None, required: bool = False, required_default: bool = False
-    ) -> None:
-        if not (isinstance(enum_type, type) and issubclass(enum_type, enum.Enum)):
-            raise Exception(f"{_name_of(enum_type)} is not a valid Enum type")
-        self.enum_type: type[enum.Enum] = enum_type
-        self.values: dict[Any, enum.Enum] = {member.value: member for member in enum_type.__members__.values()}
-        super().__init__(default, required, required_default)
-
-    def type(self) -> str:
-        return "enum"
-
-    def python_type(self) -> builtins.type:
-        return self.enum_type
-
-    def validate_type(self, name: str, val: Any) -> Any:
-        if val is None:
-            return None
-        if isinstance(val, self.enum_type):
-            return val
-        members = self.enum_type.__members__
-        if isinstance(val, str) and val in members:
-            return members[val]
-        if not isinstance(val, bool) and val in self.values:
-            return self.values[val]
-        if isinstance(val, (str, int)):
-            raise TypeError(f"Invalid enum value '{val}' for field '{name}'. Expected: {list(members)}")
-        raise TypeError(f"Invalid type '{type(val)}' for field '{name}'. Expected: {_name_of(self.enum_type)}")
-
-    def schema(self) -> Any:
-        return self.schema_info(set())
-
-    def schema_info(self, defined_names: set[str]) -> Any:
-        name = self.enum_type.__name__
-        if name in defined_names:
-            return name
-        defined_names.add(name)
-        return {"type": "enum", "name": name, "symbols": [member.name for member in self.enum_type]}
-
-    def _to_avro(self, value: Any) -> Any:
-        return _enum_to_name(value)
-
-    def _from_avro(self, value: Any) -> Any:
-        return None if value is None else self.enum_type.__members__[value]
-
-    def _to_json(self, value: Any) -> Any:
-        return value.value if isinstance(value, enum.Enum) else value
-
-    def _from_json(self, value: Any) -> Any:
-        return self.validate_type(self.enum_type.__name__, value)
 
 
 class Array(Field):
@@ -528,7 +324,7 @@ class Array(Field):
         expected = self.array_type.python_type()
         for item in val:
             if not isinstance(item, expected):
-                raise TypeError(f"Array field {name} items should all be of type {_name_of(self.array_type.type())}")
+                raise TypeError(f"Array field {name} items should all be of type {name_of(self.array_type.type())}")
         return val
 
     def schema(self) -> Any:
@@ -572,7 +368,7 @@ class Map(Field):
             if not isinstance(key, str):
                 raise TypeError(f"Map keys for field {name}  should all be strings")
             if not isinstance(item, expected):
-                raise TypeError(f"Map values for field {name} should all be of type {_name_of(expected)}")
+                raise TypeError(f"Map values for field {name} should all be of type {name_of(expected)}")
         return val
 
     def schema(self) -> Any:
