@@ -15,21 +15,18 @@ How the contract maps onto etcd:
 - ``children`` is a keys-only range over ``path + "/"`` .. ``path + "0"`` (``'0'`` is the byte
   after ``'/'``), reduced to the first segment below ``path``.
 - Ephemeral keys are attached to one lease per store session, granted when the store opens and
-  renewed every TTL/3. ``close`` revokes it, which deletes every ephemeral key in one revision;
-  if the process dies or is paused past the TTL, etcd expires the lease and the keys go too.
+  renewed every TTL/3 (``etcd_lease``). ``close`` revokes it, which deletes every ephemeral key in
+  one revision; if the process dies or is paused past the TTL, etcd expires the lease and the keys
+  go too.
 - Watches are one gateway watch stream per ``watch`` call, started at the revision after the last
   one this store has seen, so a write awaited before ``watch()`` is not reported and every write
-  after it is, even though the stream connects asynchronously.
+  after it is, even though the stream connects asynchronously (``etcd_watches``).
 
 Session loss. A broker that owns bundles through ephemeral keys must stop serving the moment it
 can no longer prove it holds its lease. ``session_lost`` is set (and ``on_session_lost``
 callbacks run) when a keepalive answers that the lease is gone, or when no keepalive has
-succeeded for a whole TTL (the lease may have expired while we could not reach etcd, or while the
-process was stopped). The TTL counts from the send of the last keepalive that succeeded, which etcd
-received no earlier, so the session ends no later than etcd expires the lease; a keepalive still
-unanswered at that moment is abandoned, so a silent etcd (packets dropped, not refused) cannot
-stretch the session by a request timeout. After that, ephemeral puts raise ``SessionLost``;
-plain keys keep working.
+succeeded for a whole TTL (``etcd_lease`` says how that is timed). After that, ephemeral puts
+raise ``SessionLost``; plain keys keep working.
 
 Failover between endpoints is the gateway's: a request that may have been applied (a
 compare-and-set, a delete) is not repeated on another endpoint but raises ``NotConnected``.
@@ -38,13 +35,10 @@ compare-and-set, a delete) is not repeated on another endpoint but raises ``NotC
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import aiohttp
 
@@ -55,24 +49,21 @@ from magnetar.metadata.etcd_gateway import (
     EtcdError,
     EtcdGateway,
     KeyValue,
-    WatchCompacted,
-    WatchEvent,
-    compare_create_revision,
-    compare_mod_revision,
     delete_op,
     normalize_endpoint,
     put_op,
     range_op,
 )
+from magnetar.metadata.etcd_keys import EtcdKeys, version_compare
+from magnetar.metadata.etcd_lease import EtcdLease
+from magnetar.metadata.etcd_watches import EtcdWatches
 from magnetar.metadata.store import (
     ANY_VERSION,
     MUST_NOT_EXIST,
-    Notification,
     Stat,
     Versioned,
     Watcher,
     check_path,
-    is_under,
 )
 from magnetar.protocol.errors import AlreadyClosed, BadVersion, MagnetarError, NotFound
 
@@ -116,16 +107,6 @@ def parse_etcd_url(url: str) -> tuple[list[str], str | None]:
     return endpoints, (_check_chroot("/" + path) if slash and path else None)
 
 
-@dataclass(eq=False)
-class _Watch:
-    prefix: str
-    callback: Watcher
-    start_revision: int
-    task: asyncio.Task[None] | None = None
-    seen_revision: int = 0  # the revision of the last event this stream delivered
-    advanced: asyncio.Event = field(default_factory=asyncio.Event)
-
-
 class EtcdMetadataStore:
     """``MetadataStore`` on etcd. ``store = await EtcdMetadataStore.connect("etcd://127.0.0.1:2379")``
     or ``async with EtcdMetadataStore(["127.0.0.1:2379"]) as store``. Every path lives under
@@ -142,22 +123,16 @@ class EtcdMetadataStore:
         self._gateway = EtcdGateway(endpoints, request_timeout=request_timeout)
         if lease_ttl <= 0:
             raise ValueError(f"lease_ttl must be positive, got {lease_ttl}")
-        self._chroot = _check_chroot(prefix)
-        self._requested_ttl = max(1, int(-(-lease_ttl // 1)))  # etcd counts whole seconds: round up
-        self._ttl = self._requested_ttl
+        self._keys = EtcdKeys(_check_chroot(prefix))
         self._timeout = request_timeout
         self._started = False  # open() has begun (it is not repeated)
-        self._lease = 0
-        self._ephemeral: set[str] = set()  # paths this session wrote with its lease
-        self._watches: dict[int, _Watch] = {}
-        self._next_watch = 0
-        self._keepalive: asyncio.Task[None] | None = None
-        self._revoke_task: asyncio.Task[None] | None = None
-        self._increment_locks: dict[str, asyncio.Lock] = {}
-        self._lost_callbacks: dict[int, Callable[[], None]] = {}
-        self._lost_reason = ""
-        self.session_lost = asyncio.Event()
         self._closed = False
+        # etcd counts whole seconds: round up.
+        self._lease = EtcdLease(self._etcd, max(1, int(-(-lease_ttl // 1))), lambda: self._closed)
+        self.session_lost = self._lease.lost
+        self._ephemeral: set[str] = set()  # paths this session wrote with its lease
+        self._watches = EtcdWatches(self._etcd, self._keys)
+        self._increment_locks: dict[str, asyncio.Lock] = {}
 
     # --- lifecycle
 
@@ -186,14 +161,11 @@ class EtcdMetadataStore:
         self._started = True
         self._gateway.open()
         try:
-            self._lease, self._ttl = await self._etcd().lease_grant(self._requested_ttl)
+            await self._lease.grant()
         except BaseException:
             await self._gateway.close()
             self._started = False
             raise
-        self._keepalive = asyncio.get_running_loop().create_task(
-            self._keep_alive(time.monotonic() + self._ttl), name=f"etcd-keepalive-{self._lease:x}"
-        )
         return self
 
     async def __aenter__(self) -> Self:
@@ -211,39 +183,27 @@ class EtcdMetadataStore:
         if self._closed or not self._started:
             self._closed = True
             return
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keepalive
+        await self._lease.stop_renewing()
         try:
-            if self._revoke_task is not None:
-                await self._revoke_task
+            if self._lease.revoke_task is not None:
+                await self._lease.revoke_task
             elif not self.session_lost.is_set():
                 await self._revoke_and_drain()
         except (MagnetarError, aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("closing metadata session: lease %x not revoked (%s); etcd will expire it", self._lease, exc)
+            log.warning("closing metadata session: lease %x not revoked (%s); etcd will expire it", self._lease.id, exc)
         finally:
             self._closed = True
-            watches = list(self._watches.values())
-            self._watches.clear()
-            for w in watches:
-                if w.task is not None:
-                    w.task.cancel()
-            await asyncio.gather(*(w.task for w in watches if w.task is not None), return_exceptions=True)
+            await self._watches.stop()
             await self._gateway.close()
 
     async def _revoke_and_drain(self) -> None:
         # Which of our ephemeral keys still carry our lease (another session may have overwritten
         # some): those are the deletions our own watchers must see before close returns.
         mine = await self._still_leased(sorted(self._ephemeral))
-        revision = await self._etcd().lease_revoke(self._lease)
-        waiting = [w for w in self._watches.values() if any(is_under(p, w.prefix) for p in mine)]
+        revision = await self._etcd().lease_revoke(self._lease.id)
         try:
             async with asyncio.timeout(self._timeout):
-                for w in waiting:
-                    while w.seen_revision < revision:
-                        w.advanced.clear()
-                        await w.advanced.wait()
+                await self._watches.hear(mine, revision)
         except TimeoutError:
             log.warning("closing metadata session: watchers did not hear revision %d in time", revision)
 
@@ -251,9 +211,9 @@ class EtcdMetadataStore:
         mine: list[str] = []
         for i in range(0, len(paths), MAX_TXN_OPS):
             chunk = paths[i : i + MAX_TXN_OPS]
-            read = await self._etcd().txn([], [range_op(self._key(p)) for p in chunk])
+            read = await self._etcd().txn([], [range_op(self._keys.key(p)) for p in chunk])
             for path, kvs in zip(chunk, read.ranges, strict=True):
-                if kvs and kvs[0].lease == self._lease:
+                if kvs and kvs[0].lease == self._lease.id:
                     mine.append(path)
         return mine
 
@@ -262,15 +222,15 @@ class EtcdMetadataStore:
     @property
     def lease_ttl(self) -> int:
         """The TTL etcd granted, in whole seconds (etcd may raise a too-small request)."""
-        return self._ttl
+        return self._lease.ttl
 
     @property
     def lease_id(self) -> int:
-        return self._lease
+        return self._lease.id
 
     @property
     def prefix(self) -> str:
-        return self._chroot
+        return self._keys.chroot
 
     @property
     def endpoints(self) -> list[str]:
@@ -278,68 +238,12 @@ class EtcdMetadataStore:
 
     @property
     def session_lost_reason(self) -> str:
-        return self._lost_reason
+        return self._lease.lost_reason
 
     def on_session_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` (on the event loop, once) when the session is lost; at once if it
         already is. Returns an unregister function."""
-        token = self._next_watch
-        self._next_watch += 1
-        if self.session_lost.is_set():
-            asyncio.get_running_loop().call_soon(callback)
-        else:
-            self._lost_callbacks[token] = callback
-
-        def unregister() -> None:
-            self._lost_callbacks.pop(token, None)
-
-        return unregister
-
-    def _lose_session(self, reason: str) -> None:
-        if self.session_lost.is_set() or self._closed:
-            return
-        log.error("metadata session lost (lease %x): %s", self._lease, reason)
-        self._lost_reason = reason
-        self.session_lost.set()
-        loop = asyncio.get_running_loop()
-        for callback in self._lost_callbacks.values():
-            loop.call_soon(callback)
-        self._lost_callbacks.clear()
-        # If etcd still holds the lease (we only lost contact), revoke it so that our ephemeral
-        # keys disappear now, matching what we just told our owner.
-        self._revoke_task = loop.create_task(self._revoke_quietly())
-
-    async def _revoke_quietly(self) -> None:
-        with contextlib.suppress(MagnetarError, aiohttp.ClientError, TimeoutError):
-            await self._etcd().lease_revoke(self._lease)
-
-    async def _keep_alive(self, deadline: float) -> None:
-        """Renew the lease every TTL/3. ``deadline`` is when the lease expires unless renewed:
-        the send time of the last successful keepalive plus the TTL it granted."""
-        interval = self._ttl / 3
-        delay = interval
-        while True:
-            await asyncio.sleep(delay)
-            if time.monotonic() >= deadline:
-                self._lose_session(f"no keepalive succeeded within the {self._ttl}s lease TTL")
-                return
-            sent = time.monotonic()
-            try:
-                # No longer than the lease has left: a keepalive that hangs (etcd unreachable but
-                # not refusing, a dropped-packet partition) would otherwise keep this session
-                # "alive" for up to the request timeout after etcd expired the lease and let
-                # another broker take our bundles (tests/faults/test_partitions.py, scenario a).
-                async with asyncio.timeout(max(deadline - sent, 0.0)):
-                    ttl = await self._etcd().lease_keepalive(self._lease)
-            except (MagnetarError, aiohttp.ClientError, TimeoutError) as exc:
-                log.warning("lease %x keepalive failed: %s", self._lease, exc)
-                delay = min(interval, max(0.0, deadline - time.monotonic()) / 3, 0.5)
-                continue
-            if ttl <= 0:
-                self._lose_session("etcd says the lease has expired or was revoked")
-                return
-            deadline = sent + ttl
-            delay = interval
+        return self._lease.on_lost(callback)
 
     # --- keys
 
@@ -351,31 +255,10 @@ class EtcdMetadataStore:
             raise AlreadyClosed("the metadata store is not open (await store.open() or use connect())")
         return self._gateway
 
-    def _key(self, path: str) -> bytes:
-        return (self._chroot + path).encode()
-
-    def _path(self, key: bytes) -> str | None:
-        text = key.decode()
-        if not text.startswith(self._chroot + "/"):
-            return None
-        return text[len(self._chroot) :]
-
-    def _subtree(self, path: str) -> tuple[bytes, bytes]:
-        """The key range strictly below ``path``: ``base/`` up to, not including, ``base0``."""
-        base = self._chroot + ("" if path == "/" else path)
-        return (base + "/").encode(), (base + "0").encode()
-
-    @staticmethod
-    def _version_compare(key: bytes, expected: int) -> list[dict[str, Any]]:
-        if expected == MUST_NOT_EXIST:
-            return [compare_create_revision(key, "EQUAL", 0)]
-        # A missing key has mod_revision 0 in etcd: also require existence, so expecting 0 fails.
-        return [compare_create_revision(key, "GREATER", 0), compare_mod_revision(key, "EQUAL", expected)]
-
     # --- MetadataStore
 
     async def get(self, path: str) -> Versioned | None:
-        kvs = await self._etcd().range(self._key(check_path(path)))
+        kvs = await self._etcd().range(self._keys.key(check_path(path)))
         if not kvs:
             return None
         kv = kvs[0]
@@ -387,13 +270,13 @@ class EtcdMetadataStore:
         if check_path(path) == "/":
             raise ValueError("the root path holds no value")
         if ephemeral and self.session_lost.is_set():
-            raise SessionLost(f"cannot create ephemeral {path}: {self._lost_reason}")
-        key = self._key(path)
-        lease = self._lease if ephemeral else 0
+            raise SessionLost(f"cannot create ephemeral {path}: {self._lease.lost_reason}")
+        key = self._keys.key(path)
+        lease = self._lease.id if ephemeral else 0
         try:
             if expected_version == MUST_NOT_EXIST or expected_version >= 0:
                 result = await self._etcd().txn(
-                    self._version_compare(key, expected_version),
+                    version_compare(key, expected_version),
                     [put_op(key, bytes(value), lease=lease)],
                     [range_op(key, keys_only=True)],
                 )
@@ -408,7 +291,7 @@ class EtcdMetadataStore:
                 revision = await self._etcd().put(key, bytes(value), lease=lease)
         except EtcdError as exc:
             if ephemeral and exc.grpc_code == GRPC_NOT_FOUND:  # "requested lease not found"
-                self._lose_session(str(exc))
+                self._lease.lose(str(exc))
                 raise SessionLost(f"cannot create ephemeral {path}: the lease has expired") from exc
             raise
         if ephemeral:
@@ -418,10 +301,10 @@ class EtcdMetadataStore:
         return Stat(revision, ephemeral)
 
     async def delete(self, path: str, expected_version: int = ANY_VERSION) -> None:
-        key = self._key(check_path(path))
+        key = self._keys.key(check_path(path))
         if expected_version >= 0:
             result = await self._etcd().txn(
-                self._version_compare(key, expected_version),
+                version_compare(key, expected_version),
                 [delete_op(key)],
                 [range_op(key, keys_only=True)],
             )
@@ -435,29 +318,18 @@ class EtcdMetadataStore:
         self._ephemeral.discard(path)
 
     async def children(self, path: str) -> list[str]:
-        start, end = self._subtree(check_path(path))
+        start, end = self._keys.subtree(check_path(path))
         kvs = await self._etcd().range(start, end, keys_only=True)
         names = {kv.key[len(start) :].partition(b"/")[0].decode() for kv in kvs}
         return sorted(names)
 
     async def exists(self, path: str) -> bool:
-        return await self._etcd().count(self._key(check_path(path))) > 0
+        return await self._etcd().count(self._keys.key(check_path(path))) > 0
 
     def watch(self, prefix: str, callback: Watcher) -> Callable[[], None]:
         check_path(prefix)
         self._etcd()
-        token = self._next_watch
-        self._next_watch += 1
-        w = _Watch(prefix, callback, start_revision=self._gateway.revision + 1)
-        w.task = asyncio.get_running_loop().create_task(self._run_watch(w), name=f"etcd-watch-{prefix}")
-        self._watches[token] = w
-
-        def unsubscribe() -> None:
-            gone = self._watches.pop(token, None)
-            if gone is not None and gone.task is not None:
-                gone.task.cancel()
-
-        return unsubscribe
+        return self._watches.add(prefix, callback, self._gateway.revision + 1)
 
     async def increment(self, path: str) -> int:
         """A compare-and-set loop. Increments from this process queue on a per-path lock, so
@@ -465,14 +337,14 @@ class EtcdMetadataStore:
         failing txn read back, without another request."""
         if check_path(path) == "/":
             raise ValueError("the root path holds no value")
-        key = self._key(path)
+        key = self._keys.key(path)
         lock = self._increment_locks.setdefault(path, asyncio.Lock())
         async with lock:
             current: KeyValue | None = next(iter(await self._etcd().range(key)), None)
             while True:
                 if current is None:
                     new = 1
-                    compare = self._version_compare(key, MUST_NOT_EXIST)
+                    compare = version_compare(key, MUST_NOT_EXIST)
                     put = put_op(key, b"1")
                 else:
                     raw = current.value
@@ -480,59 +352,13 @@ class EtcdMetadataStore:
                         new = int(raw.decode()) + 1
                     except ValueError:
                         raise ValueError(f"{path} does not hold a counter: {raw[:40]!r}") from None
-                    compare = self._version_compare(key, current.mod_revision)
+                    compare = version_compare(key, current.mod_revision)
                     # An ephemeral counter stays ephemeral.
                     put = put_op(key, str(new).encode(), ignore_lease=current.lease != 0)
                 result = await self._etcd().txn(compare, [put], [range_op(key)])
                 if result.succeeded:
                     return new
                 current = result.first()
-
-    # --- watches
-
-    async def _run_watch(self, w: _Watch) -> None:
-        """One watch stream, reconnected (on the next endpoint) from the revision after the last
-        event delivered, so that no event is lost or repeated across reconnects."""
-        gateway = self._etcd()
-        start, _ = self._subtree(w.prefix)
-        key = start[:-1] if w.prefix != "/" else start  # the watched key itself and everything after it
-        end = start[:-1] + b"0"
-        next_revision = w.start_revision
-        backoff = 0.05
-        while True:
-            endpoint = gateway.current_endpoint
-            try:
-                async with contextlib.aclosing(gateway.watch(endpoint, key, end, next_revision)) as stream:
-                    async for events in stream:
-                        next_revision = self._dispatch(w, events, next_revision)
-                        backoff = 0.05
-                log.info("etcd watch stream on %s closed by the server; reconnecting", w.prefix)
-            except WatchCompacted as exc:
-                log.error("etcd watch on %s lost events before revision %d (compacted)", w.prefix, exc.revision)
-                next_revision = exc.revision  # the events before it are gone: resume at the oldest left
-            except (aiohttp.ClientError, TimeoutError, EtcdError, ValueError) as exc:
-                log.warning("etcd watch on %s via %s failed (%s); reconnecting", w.prefix, endpoint, exc)
-                gateway.rotate(endpoint)
-            await asyncio.sleep(backoff)  # a reconnect delay, not a wait for an event
-            backoff = min(backoff * 2, 1.0)
-
-    def _dispatch(self, w: _Watch, events: list[WatchEvent], next_revision: int) -> int:
-        """Tell ``w``'s callback about ``events`` under its prefix; returns the revision to resume
-        the stream at."""
-        for event in events:
-            revision = event.kv.mod_revision
-            next_revision = revision + 1
-            path = self._path(event.kv.key)
-            if path is not None and is_under(path, w.prefix):
-                note = Notification(event.kind, path)
-                try:
-                    w.callback(note)
-                except Exception:
-                    log.exception("metadata watcher %r failed on %s", w.callback, note)
-            if revision > w.seen_revision:
-                w.seen_revision = revision
-                w.advanced.set()
-        return next_revision
 
 
 def _conformance() -> None:
