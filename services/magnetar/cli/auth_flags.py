@@ -55,7 +55,7 @@ def auth_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def check_auth_settings(config: Any) -> None:
     """Build the providers and the broker's own token once; bad settings end the process."""
-    from magnetar.broker.auth.http import broker_token
+    from magnetar.broker.auth.broker_credentials import broker_token
     from magnetar.broker.auth.providers import Authentication
     from magnetar.broker.authz.checks import check_authorization_settings
 

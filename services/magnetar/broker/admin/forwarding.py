@@ -4,7 +4,8 @@ In a cluster, operations on one topic run on the broker that owns it: any other 
 the request there (``forward``) and hands the answer back as is, so the admin API can be reached
 through any broker. Operations over several topics (the partitions of a partitioned topic) ask each
 owner in turn (``call_owner``) and turn an error answer into the error it means (``raise_for``).
-Forwarded requests carry the caller's credentials, else the broker's own (``auth/http.py``).
+Forwarded requests carry the caller's credentials, else the broker's own
+(``auth/broker_credentials.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from magnetar.broker.admin.requests import topic_name
-from magnetar.broker.auth.http import outgoing_headers
+from magnetar.broker.auth.broker_credentials import outgoing_headers
 from magnetar.broker.cluster.resources import Conflict
 from magnetar.protocol.errors import MagnetarError, NotFound, TopicNotFound
 from magnetar.protocol.topic_name import TopicName
@@ -37,7 +38,7 @@ async def call_owner(
 
 async def proxy(service: BrokerService, method: str, url: str, body: bytes = b"") -> web.Response:
     """Ask another broker's admin API and hand its answer back as is (body, content type
-    and Pulsar's ``X-Pulsar-*`` headers), with the caller's credentials (auth/http.py)."""
+    and Pulsar's ``X-Pulsar-*`` headers), with the caller's credentials (auth/broker_credentials.py)."""
     headers = {"Content-Type": "application/json", **outgoing_headers(service.config)}
     async with (
         aiohttp.ClientSession() as session,

@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp import web
 
 from magnetar.broker.admin.forwarding import forward, proxy
-from magnetar.broker.auth.http import outgoing_headers
+from magnetar.broker.auth.broker_credentials import outgoing_headers
 from magnetar.protocol.errors import NotFound, TopicNotFound
 from magnetar.protocol.topic_name import NON_PERSISTENT, TopicName
 
@@ -111,7 +111,7 @@ class NonPersistentRoutes:
     async def _remote_list(self, url: str) -> list[str]:
         """Another broker's loaded topics; a broker that does not answer has none to add (it
         may be stopping, and its topics go with it). The call carries the caller's credentials
-        (``auth/http.py``), or with authentication on every other broker would answer 401."""
+        (``auth/broker_credentials.py``), or with authentication on every other broker would answer 401."""
         headers = outgoing_headers(self.service.config)
         try:
             async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as resp:

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from magnetar.broker.auth.http import outgoing_headers
+from magnetar.broker.auth.broker_credentials import outgoing_headers
 from magnetar.broker.cluster.ownership import Ownership
 from magnetar.broker.cluster.resources import Resources
 from magnetar.broker.config import BrokerConfig
