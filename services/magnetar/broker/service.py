@@ -2,7 +2,8 @@
 
 The servers in front of it (the client TCP listener and the admin HTTP server) belong to the
 process that runs it (``magnetar.node``): the node binds them, tells the service its bound ports
-(``listening``) and only then calls ``start``, because a cluster broker registers its URLs.
+(``listening``, in ``cluster/addresses.py`` with the URLs that follow) and only then calls
+``start``, because a cluster broker registers its URLs.
 
 Topics are loaded on first use (a producer, a consumer or an admin call) and stay loaded until
 unloaded or the broker stops; concurrent first uses share one load. A topic is auto-created as a
@@ -26,7 +27,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from magnetar.broker.cluster.advertised_listeners import choose, internal_listener
+from magnetar.broker.cluster.addresses import BrokerAddresses
+from magnetar.broker.cluster.advertised_listeners import internal_listener
 from magnetar.broker.cluster.isolation import NamespaceIsolation, watch_policy_changes
 from magnetar.broker.cluster.ownership import BrokerInfo, Ownership
 from magnetar.broker.cluster.resources import Conflict, Resources
@@ -71,7 +73,7 @@ def entry_messages(data: bytes) -> int:
     return int(meta.get("n", 1))
 
 
-class BrokerService:
+class BrokerService(BrokerAddresses):
     def __init__(
         self,
         config: BrokerConfig,
@@ -82,7 +84,7 @@ class BrokerService:
         clustered: bool = False,
         bundles: int = 4,
     ) -> None:
-        self.config = config
+        super().__init__(config)
         self.store = store
         self.ledgers = ledgers
         self.resources = Resources(store)
@@ -98,10 +100,6 @@ class BrokerService:
         # Topics being closed by ``unload_topic``: loading one again waits until its managed ledger
         # is closed (opened meanwhile, the two raced on its ledger list and its last ledger).
         self._closing_topics: dict[str, asyncio.Future[None]] = {}
-        self._port: int | None = None
-        self._web_port: int | None = None
-        self.port_tls: int | None = None  # the TLS listeners' ports, when there are any
-        self.web_port_tls: int | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._compaction_monitor: asyncio.Task[None] | None = None  # compaction/monitor.py
         # Epoch seconds for aging data (TTL, retention, backlog-quota age): the guarded clock, which
@@ -124,50 +122,6 @@ class BrokerService:
         self._refreshing: set[asyncio.Task[None]] = set()
         # Called when the metadata session is lost; the CLI makes it exit the process.
         self.on_fatal: Any = None
-
-    # ------------------------------------------------------------------ addresses
-    def listening(self, port: int, web_port: int, port_tls: int | None = None, web_port_tls: int | None = None) -> None:
-        """Record the bound service and admin ports (the node binds them before ``start``), and
-        the TLS ones when the node has TLS listeners (``node/tls.py``)."""
-        self._port = port
-        self._web_port = web_port
-        self.port_tls = port_tls
-        self.web_port_tls = web_port_tls
-
-    @property
-    def broker_url_tls(self) -> str | None:
-        """``magnetar+ssl://host:port`` of the TLS listener (Pulsar's brokerServiceUrlTls), if any."""
-        port_tls = self.port_tls
-        return None if port_tls is None else f"magnetar+ssl://{self.config.advertised_host}:{port_tls}"
-
-    @property
-    def web_url_tls(self) -> str | None:
-        web_port_tls = self.web_port_tls
-        return None if web_port_tls is None else f"https://{self.config.advertised_host}:{web_port_tls}"
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("the broker's service port is not bound yet")
-        return self._port
-
-    @property
-    def broker_url(self) -> str:
-        if self.port_tls is not None and self.port_tls == self.port:  # TLS only (node/listeners.py)
-            return f"magnetar+ssl://{self.config.advertised_host}:{self.port}"
-        return f"magnetar://{self.config.advertised_host}:{self.port}"
-
-    @property
-    def web_port(self) -> int:
-        if self._web_port is None:
-            raise RuntimeError("the broker's admin port is not bound yet")
-        return self._web_port
-
-    @property
-    def web_url(self) -> str:
-        if self.web_port_tls is not None and self.web_port_tls == self.web_port:  # HTTPS only
-            return f"https://{self.config.advertised_host}:{self.web_port}"
-        return f"http://{self.config.advertised_host}:{self.web_port}"
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -274,19 +228,6 @@ class BrokerService:
         url, url_tls = info.lookup_urls(listener_name)
         return url, redirect, url_tls
 
-    def own_lookup_urls(self, listener_name: str | None) -> tuple[str, str | None]:
-        """A standalone's answer: its own listener's URLs (advertised_listeners.py)."""
-        listeners = self.config.advertised_listeners
-        internal = internal_listener(listeners, self.config.internal_listener_name)
-        return choose(
-            f"{self.config.advertised_host}:{self.port}",
-            self.broker_url,
-            self.broker_url_tls,
-            listeners,
-            internal,
-            listener_name,
-        )
-
     async def ensure_owned(self, name: TopicName) -> None:
         """Raise ServiceNotReady unless this broker owns (or could just take) the topic's bundle."""
         if self.closing:
@@ -369,7 +310,7 @@ class BrokerService:
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[key] = fut
         try:
-            async with self.load_slots.slot(name.tenant):  # topic_loads.py: a tenant's share of the loop
+            async with self.load_slots.slot(name.tenant):  # topics/loads.py: a tenant's share of the loop
                 topic = await self._load(name, create)
                 topic.compaction = await TopicCompaction.load(
                     topic, self.store, self.ledgers, retain_null_key=self.config.topic_compaction_retain_null_key

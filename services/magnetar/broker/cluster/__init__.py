@@ -1,1 +1,2 @@
-"""What ties brokers together: namespace bundle ownership, isolation, metadata-store resources."""
+"""What ties brokers together: bundle ownership, isolation, metadata-store resources, and addressing
+(a broker's advertised listeners and URLs)."""

@@ -1,1 +1,1 @@
-"""The binary-protocol server side: one client connection and its limits."""
+"""The binary-protocol server side: one client connection (its transport and its commands) and its limits."""
