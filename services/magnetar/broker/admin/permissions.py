@@ -21,8 +21,8 @@ partitioned topic covers its partitions.
 
 Grants are stored whether or not authorization is on, so they can be prepared before it is
 turned on; who may call these routes is in ``authz/rules.py`` (tenant admins and superusers).
-Registered before ``admin.py``'s generic ``.../{policy}`` routes, which would otherwise take
-``permissions`` and ``subscriptionAuthMode`` as policy names.
+Registered before the generic ``.../{policy}`` routes of ``namespaces.py`` and ``topics.py``,
+which would otherwise take ``permissions`` and ``subscriptionAuthMode`` as policy names.
 """
 
 from __future__ import annotations

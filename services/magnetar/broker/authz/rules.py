@@ -103,7 +103,7 @@ RULES: dict[tuple[str, str], Rule] = {
 }
 
 # Topic routes, by method and the pattern after ``/admin/v2/{domain}/{tenant}/{ns}``: those of
-# both domains, then those only one domain has (non_persistent_admin.py registers its own set).
+# both domains, then those only one domain has (admin/non_persistent.py registers its own set).
 _TOPIC_ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", ""): Rule(Kind.NAMESPACE_READ, "GET_TOPICS"),
     ("GET", "/partitioned"): Rule(Kind.NAMESPACE_READ, "GET_TOPICS"),

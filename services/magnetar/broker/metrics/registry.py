@@ -24,7 +24,7 @@ class BrokerMetrics:
         self.bytes_in = Counter("magnetar_broker_bytes_in", "Payload bytes published (durable)", registry=r)
         self.msgs_out = Counter("magnetar_broker_messages_out", "Messages dispatched to consumers", registry=r)
         # Per-topic and per-subscription families (topics, storage, backlog, rates, rate-limit
-        # events, drop rates) are read from the loaded topics at scrape time: topic_metrics.py.
+        # events, drop rates) are read from the loaded topics at scrape time: metrics/topics.py.
         # The time connections spent paused by publish rate limits (rate_limit.py):
         self.publish_throttled_seconds = Counter(
             "magnetar_broker_publish_throttled_seconds",

@@ -2,11 +2,12 @@
 
 They were gauges refreshed by the broker's one-second tick: a dozen label lookups per topic each
 second whether anyone scraped or not, in one callback of O(loaded topics) that stalled every other
-tenant's frames (issue 13, exhaustion), and gauges that outlived their topics (an unloaded topic
-kept its labels, and their memory, for the life of the process). Pulsar also computes them when
-scraped. Here a scrape reads the loaded topics in slices of ``SLICE`` and renders the text
-``SAMPLES_PER_TURN`` samples at a time, handing the loop back between slices, so a scrape of
-100,000 topics does not hold the loop for the whole walk. Only loaded topics are reported.
+tenant's frames (the exhaustion scenario, tests/faults/test_exhaustion.py), and gauges that
+outlived their topics (an unloaded topic kept its labels, and their memory, for the life of the
+process). Pulsar also computes them when scraped. Here a scrape reads the loaded topics in slices
+of ``SLICE`` and renders the text ``SAMPLES_PER_TURN`` samples at a time, handing the loop back
+between slices, so a scrape of 100,000 topics does not hold the loop for the whole walk. Only
+loaded topics are reported.
 
 The text is rendered on the loop rather than in a worker thread: a thread rendering pure Python
 holds the GIL for up to the switch interval (5 ms) at a time, and each step of another tenant's

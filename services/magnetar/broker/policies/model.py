@@ -135,7 +135,7 @@ def normalize(field: str, value: Any) -> Any:
 
 def check_consistent(policies: dict[str, Any], changed: str | None = None, level: str = "namespace") -> None:
     """Cross-field rules: a backlog quota must stay below the retention limits (Pulsar returns 412);
-    ``changed`` names the field being set, which picks Pulsar's wording (quota_policy.py)."""
+    ``changed`` names the field being set, which picks Pulsar's wording (quotas.py)."""
     problem = quota_policy.quota_above_retention(
         policies.get("retention_policies"), policies.get("backlog_quota_map"), changed, level
     )

@@ -5,7 +5,7 @@ the consumers must never reach storage: a refused producer gets ``IncompatibleSc
 reason from ``magnetar.schema.compatibility``, and nothing is registered. The three schema
 policies are resolved on each admission from the metadata store (topic level, then namespace,
 then broker config), so a changed policy applies to the next producer on every broker, and an
-upload through the admin API (``schema_admin.py``) uses the very same rules through
+upload through the admin API (``admin/schemas.py``) uses the very same rules through
 ``effective_policies`` and ``check_new_schema``.
 """
 

@@ -1,4 +1,4 @@
-"""Limits against abuse on the binary protocol (issue 12 part 6; WIRE.md R87-R91).
+"""Limits against abuse on the binary protocol (WIRE.md R87-R91).
 
 An unauthenticated or misbehaving peer must not be able to exhaust a broker. The limits, with
 Pulsar's broker.conf names where Pulsar has the setting:

@@ -2,11 +2,12 @@
 
 A change to a namespace or topic record (its policies) must reach the loaded topics it governs.
 Finding them by walking every loaded topic and parsing its name made each topic creation cost
-O(loaded topics), because creating a topic writes its record and so fires that watch: loading
-3,000 topics in one namespace spent a quarter of the broker's time there, and 100,000 would have
-taken hours (issue 13, exhaustion). ``LoadedTopics`` is the ``dict`` the service always used,
-``str(name) -> PersistentTopic``, that also keeps the parsed names and two indexes up to date on
-every insert and removal, so the watch finds what it governs in O(what it governs).
+O(loaded topics), because creating a topic writes its record and so fires that watch: loading 3,000
+topics in one namespace spent a quarter of the broker's time there, and 100,000 would have taken
+hours (the exhaustion scenario, tests/faults/test_exhaustion.py). ``LoadedTopics`` is the ``dict``
+the service always used, ``str(name) -> PersistentTopic``, that also keeps the parsed names and two
+indexes up to date on every insert and removal, so the watch finds what it governs in O(what it
+governs).
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ Loading a topic is a chain of metadata reads and writes and a ledger creation, e
 callback on the broker's one event loop. A tenant that loads hundreds of topics at once puts
 hundreds of such steps in every turn of the loop, and another tenant's frame waits for the whole
 turn: creating 3,000 topics with 64 in flight raised a quiet tenant's median publish latency
-five-fold (issue 13, exhaustion). A per-tenant bound keeps one tenant's loads from filling the
-loop's turns while leaving the others' own slots free; the broker-wide bound is Pulsar's.
-Waiting requests are served first come, first served within a tenant (asyncio.Semaphore).
+five-fold (the exhaustion scenario, tests/faults/test_exhaustion.py). A per-tenant bound keeps one
+tenant's loads from filling the loop's turns while leaving the others' own slots free; the
+broker-wide bound is Pulsar's. Waiting requests are served first come, first served within a tenant
+(asyncio.Semaphore).
 """
 
 from __future__ import annotations

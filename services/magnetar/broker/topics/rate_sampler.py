@@ -2,16 +2,17 @@
 
 The broker's one-second tick used to sample the rates of every loaded topic and refresh a dozen
 per-topic Prometheus gauges, all in one callback: O(loaded topics) of Python each second, run
-between the frames of every other tenant. At 3,000 topics that callback took tens of
-milliseconds; at 100,000 topics more than the second itself, so a quiet tenant's p99 rose to
-hundreds of milliseconds while another tenant merely had many idle topics (issue 13, exhaustion).
+between the frames of every other tenant. At 3,000 topics that callback took tens of milliseconds;
+at 100,000 topics more than the second itself, so a quiet tenant's p99 rose to hundreds of
+milliseconds while another tenant merely had many idle topics (the exhaustion scenario,
+tests/faults/test_exhaustion.py).
 
 A topic, persistent or not, joins the sampled set at its first publish or subscription after an
 idle spell (``on_traffic``) and leaves it at the first sample that finds it idle (its rates 0 and
 no consumer connected), so each tick costs O(topics with traffic). Non-persistent drops are
 counted as they happen (``NonPersistentSubscription.on_drop``), not by walking the topics. An
 idle topic keeps the rates of its last sample, which are 0. Per-topic metrics are read at scrape
-time instead (topic_metrics.py).
+time instead (``metrics/topics.py``).
 """
 
 from __future__ import annotations
