@@ -5,7 +5,7 @@ Linux keeps a process's open files in a table that it doubles when a new descrip
 waits for an RCU grace period (``synchronize_rcu`` in ``expand_fdtable``) in the thread that asked
 for the descriptor. In a server that thread is the event loop, inside ``accept``: while 10,000
 connections opened, each doubling from 512 to 16,384 entries stopped the broker's loop for 6 to
-16 ms, and every tenant's requests waited behind it (issue 13, the quiet tenant's p99).
+16 ms, and every tenant's requests waited behind it (the quiet tenant's p99 in the exhaustion scenarios).
 
 ``reserve()`` makes the table large enough for ``RESERVE`` descriptors (or the soft
 ``RLIMIT_NOFILE``, when lower) by duplicating a descriptor to the last slot and closing it, before

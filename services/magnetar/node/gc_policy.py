@@ -5,7 +5,7 @@ oldest generation have grown by a quarter, and a full collection walks every tra
 broker's heap is almost all long-lived state (topics, cursors, connections), and almost none of it
 is garbage: the full collections measured while 3,000 topics or 10,000 connections were opened
 freed 0 objects, and each stopped every tenant's frames for 24-51 ms, a pause that grows with the
-heap (issue 13, exhaustion: the quiet tenant's p99).
+heap (the exhaustion scenarios: the quiet tenant's p99).
 
 The policy (``from_env().start()``, in the server processes; ``MAGNETAR_GC_POLICY=default`` keeps
 CPython's):

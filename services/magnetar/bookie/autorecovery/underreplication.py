@@ -1,6 +1,6 @@
 """Under-replication records shared by the auditor, the replication workers and decommission.
 
-Auto-recovery (issue 3 part 4, in the manner of BookKeeper's auditor and replication workers) talks
+Auto-recovery (in the manner of BookKeeper's auditor and replication workers) talks
 only through the metadata store, so that any bookie process can take any role and a crash of one
 loses nothing but the work in flight:
 

@@ -1,7 +1,7 @@
 """Which loaded topics the broker samples rates of each second: the ones with traffic.
 
-The broker's one-second tick used to sample the rates of every loaded topic and refresh a dozen
-per-topic Prometheus gauges, all in one callback: O(loaded topics) of Python each second, run
+Sampling the rates of every loaded topic and refreshing a dozen per-topic Prometheus gauges in the
+broker's one-second tick, all in one callback, is O(loaded topics) of Python each second, run
 between the frames of every other tenant. At 3,000 topics that callback took tens of milliseconds;
 at 100,000 topics more than the second itself, so a quiet tenant's p99 rose to hundreds of
 milliseconds while another tenant merely had many idle topics (the exhaustion scenario,

@@ -1,9 +1,9 @@
 """One option list of the client (``Client(...)``, ``create_producer``, ``subscribe``...), defined once.
 
-Why a table: each option used to be spelled out six times (the blocking signature and its
-forward, the asyncio signature and its forward, the config class, the argument checks), and the
-blocking facade forwarded to the asyncio client by position, where two swapped booleans pass
-mypy. Now every list is one ``OptionList`` of ``Option``s, in pulsar-client's order, each with
+Why a table: written by hand, each option is spelled out six times (the blocking signature and
+its forward, the asyncio signature and its forward, the config class, the argument checks), and a
+forward by position lets two swapped booleans pass mypy. So every list is one ``OptionList`` of
+``Option``s, in pulsar-client's order, each with
 its name, its default, pulsar-client's argument check (``config.arguments``) and where each flavour
 takes it:
 
