@@ -44,7 +44,7 @@ class BrokerListeners:
         if config.port is not None:
             with binding(config.port, "service"):
                 server = await loop.create_server(
-                    lambda: ServerConnection(service), config.host, config.port, reuse_address=True
+                    lambda: ServerConnection(service), config.host, config.port, reuse_address=True, start_serving=False
                 )
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
@@ -56,6 +56,7 @@ class BrokerListeners:
                     config.broker_service_port_tls,
                     reuse_address=True,
                     ssl=context,
+                    start_serving=False,
                 )
             self._servers.append(server)
             port_tls = server.sockets[0].getsockname()[1]
@@ -72,6 +73,10 @@ class BrokerListeners:
             raise ValueError("the broker needs an admin port: webServicePort or webServicePortTls")
         # TLS only: the TLS listener is the one the service advertises (service.broker_url).
         service.listening(port or port_tls or 0, web_port or web_port_tls or 0, port_tls, web_port_tls)
+        # Clients only now: a lookup answered before ``listening`` would have no port to advertise
+        # (a client reconnecting to a restarting broker on a fixed port arrives in that window).
+        for server in self._servers:
+            await server.start_serving()
 
     async def stop(self) -> None:
         """After the service's graceful stop: accept no more clients, close the remaining
