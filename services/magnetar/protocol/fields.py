@@ -7,8 +7,9 @@ or raises ``InvalidCommand``, the protocol's error for a bad field, with the tex
 nothing else escapes. They are pure (no I/O, no state), so both servers share one copy and the
 property is fuzzed directly, without a socket (tests/protocol/test_fields_fuzz.py).
 
-Positions come back as plain ``(ledger, entry)`` tuples: the protocol knows no managed ledger, and
-the broker turns them into its own ``Position``.
+Positions come back as plain ``(ledger, entry)`` tuples, or built by the ``make`` the caller
+passes: the protocol knows no managed ledger, and the broker passes its own ``Position``, so an
+acknowledged position is built once, not as a tuple first.
 
 Two families, because the two servers report a bad field differently, and a peer sees that text:
 
@@ -21,8 +22,8 @@ Two families, because the two servers report a bad field differently, and a peer
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, overload
 
 from magnetar.protocol.commands import KEY_HASH_RANGE
 from magnetar.protocol.errors import InvalidCommand
@@ -31,6 +32,11 @@ from magnetar.protocol.errors import InvalidCommand
 MAX_ID = 2**63 - 1
 
 LedgerEntry = tuple[int, int]
+P = TypeVar("P")
+
+
+def _pair(ledger: int, entry: int) -> LedgerEntry:
+    return ledger, entry
 
 
 # ---------------------------------------------------------------- client -> broker
@@ -75,14 +81,18 @@ def key_ranges_of(raw: Any) -> list[tuple[int, int]] | None:
     return ranges
 
 
-def batch_acks_of(raw: Any) -> list[tuple[LedgerEntry, int, list[int]]]:
+@overload
+def batch_acks_of(raw: Any) -> list[tuple[LedgerEntry, int, list[int]]]: ...
+@overload
+def batch_acks_of(raw: Any, make: Callable[[int, int], P]) -> list[tuple[P, int, list[int]]]: ...
+def batch_acks_of(raw: Any, make: Callable[[int, int], Any] = _pair) -> list[tuple[Any, int, list[int]]]:
     """Validate ``batch_acks``: [[ledger, entry, count, [index, ...]], ...] with count >= 1 and
-    every index in 0..count-1."""
+    every index in 0..count-1; each position built by ``make`` (module docstring)."""
     if raw is None:
         return []
     if not isinstance(raw, (list, tuple)):
         raise InvalidCommand(f"batch_acks must be a list, got {raw!r}")
-    out: list[tuple[LedgerEntry, int, list[int]]] = []
+    out: list[tuple[Any, int, list[int]]] = []
     for item in raw:
         if not isinstance(item, (list, tuple)) or len(item) != 4 or not isinstance(item[3], (list, tuple)):
             raise InvalidCommand(f"a batch ack is [ledger, entry, count, [index, ...]], got {item!r}")
@@ -92,15 +102,20 @@ def batch_acks_of(raw: Any) -> list[tuple[LedgerEntry, int, list[int]]]:
         indexes = [integer(i, "batch index") for i in item[3]]
         if any(not 0 <= i < count for i in indexes):
             raise InvalidCommand(f"batch indexes {indexes} are not all within 0..{count - 1}")
-        out.append(((ledger, entry), count, indexes))
+        out.append((make(ledger, entry), count, indexes))
     return out
 
 
-def positions_of(raw: Any) -> list[LedgerEntry]:
-    """Validate the positions of an ``ack`` or ``redeliver``: [[ledger, entry], ...]."""
+@overload
+def positions_of(raw: Any) -> list[LedgerEntry]: ...
+@overload
+def positions_of(raw: Any, make: Callable[[int, int], P]) -> list[P]: ...
+def positions_of(raw: Any, make: Callable[[int, int], Any] = _pair) -> list[Any]:
+    """Validate the positions of an ``ack`` or ``redeliver``: [[ledger, entry], ...], each built by
+    ``make`` (module docstring)."""
     if not isinstance(raw, (list, tuple)) or any(not isinstance(p, (list, tuple)) or len(p) != 2 for p in raw):
         raise InvalidCommand(f"positions must be [[ledger, entry], ...], got {raw!r:.100}")
-    return [(id_part(p[0], "ledger"), id_part(p[1], "entry")) for p in raw]
+    return [make(id_part(p[0], "ledger"), id_part(p[1], "entry")) for p in raw]
 
 
 def seek_position_of(raw: Any) -> LedgerEntry:

@@ -167,10 +167,8 @@ class ConsumerCommands(ConnectionTransport):
         kind = str(cmd["kind"])
         if kind not in (c.ACK_INDIVIDUAL, c.ACK_CUMULATIVE):
             raise InvalidCommand(f"ack kind must be individual or cumulative, got {kind!r}")
-        positions = [Position(*p) for p in fields.positions_of(cmd["positions"])]
-        batch_acks = [
-            (Position(*p), count, indexes) for p, count, indexes in fields.batch_acks_of(cmd.get("batch_acks"))
-        ]
+        positions = fields.positions_of(cmd["positions"], Position)
+        batch_acks = fields.batch_acks_of(cmd.get("batch_acks"), Position)
         fut = sub.ack(consumer, kind, positions, batch_acks)
         rid = cmd.get("rid")
         if rid is None:
@@ -188,7 +186,7 @@ class ConsumerCommands(ConnectionTransport):
     def _redeliver(self, cmd: c.Redeliver) -> None:
         consumer, sub, _ = self._consumer(cmd["consumer_id"])
         raw = cmd.get("positions")
-        positions = None if raw is None else [Position(*p) for p in fields.positions_of(raw)]
+        positions = None if raw is None else fields.positions_of(raw, Position)
         sub.negative_ack(consumer, positions)
 
     def _close_consumer(self, cmd: c.CloseConsumer) -> None:
