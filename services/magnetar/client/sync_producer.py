@@ -39,6 +39,10 @@ __all__ = ["Producer"]
 _Pending = tuple[bytes | None, dict[str, str] | None, str | None, int | None, SendCallback, MessageOptions | None]
 
 
+def _ignore_outcome(result: Any, msg_id: MessageId | None) -> None:
+    """The callback of a fire-and-forget ``send_async(content, None)``: the outcome is not wanted."""
+
+
 class Producer:
     """Blocking producer; ``send_async`` hands messages to the loop in bulk."""
 
@@ -85,7 +89,7 @@ class Producer:
     def send_async(
         self,
         content: Any,
-        callback: SendCallback,
+        callback: SendCallback | None,
         properties: dict[str, str] | None = None,
         partition_key: str | None = None,
         ordering_key: str | None = None,
@@ -100,6 +104,8 @@ class Producer:
 
         Arguments as ``pulsar.Producer.send_async``; ``replication_clusters`` and
         ``disable_replication`` are accepted and ignored (Magnetar has no geo-replication).
+        ``callback=None`` sends without being told the outcome (fire and forget), as
+        pulsar-client allows; anything else that cannot be called is a ``TypeError`` at the call.
         """
         content = self._checked(
             content,
@@ -111,8 +117,11 @@ class Producer:
             disable_replication,
             event_timestamp,
         )
-        if not callable(callback):
-            raise TypeError(f"send_async needs a callable callback(result, msg_id), not {type(callback).__name__}")
+        if callback is None:
+            callback = _ignore_outcome
+        elif not callable(callback):
+            kind = type(callback).__name__
+            raise TypeError(f"send_async needs a callable callback(result, msg_id) or None, not {kind}")
         extra = message_options(ordering_key, sequence_id, deliver_at, deliver_after)
         if not self._reserve(self._block):
             callback(ProducerQueueIsFull(f"{self._max_pending} messages pending"), None)
