@@ -180,10 +180,16 @@ class Message:
         return self._info.redelivery_count
 
     def message_id(self) -> MessageId:
+        """The message's id, carrying the (partition) topic it came from, as pulsar-client's ids do:
+        a consumer of several topics acknowledges, negatively acknowledges or seeks by the id alone."""
         info = self._info
         ledger, entry = info.position
-        partition = info.owner.partition if info.owner is not None else -1
-        return MessageId(partition, ledger, entry, self._index)
+        owner = info.owner
+        if owner is None:
+            return MessageId(-1, ledger, entry, self._index)
+        mid = MessageId(owner.partition, ledger, entry, self._index)
+        mid.topic_name(owner.topic)
+        return mid
 
     def topic_name(self) -> str:
         owner = self._info.owner

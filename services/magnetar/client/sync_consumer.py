@@ -24,7 +24,7 @@ from magnetar.client.consumer.consumer import PartitionConsumer
 from magnetar.client.errors import CumulativeAcknowledgementNotAllowedError
 from magnetar.client.message import Message
 from magnetar.client.options import ConsumerType
-from magnetar.protocol.errors import AlreadyClosed, InvalidConfiguration, MagnetarError
+from magnetar.protocol.errors import AlreadyClosed, InvalidConfiguration, MagnetarError, OperationNotSupported
 from magnetar.protocol.message_id import MessageId
 
 __all__ = ["Consumer"]
@@ -103,7 +103,13 @@ class Consumer:
         self._op(_ACK_CUMULATIVE, self._target(message))
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
-        self._op(_NACK, self._target(message))
+        try:
+            target = self._target(message)
+        except OperationNotSupported as exc:
+            # pulsar-client's multi-topic consumer ignores a negative ack of an id it cannot place.
+            log.warning("negative_acknowledge ignored: %s", exc)
+            return
+        self._op(_NACK, target)
 
     def redeliver_unacknowledged_messages(self) -> None:
         self._check_open()

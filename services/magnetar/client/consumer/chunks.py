@@ -53,10 +53,7 @@ class ChunkedMessage(Message):
         self._first = first
 
     def message_id(self) -> MessageId:
-        info = self._info
-        ledger, entry = info.position
-        partition = info.owner.partition if info.owner is not None else -1
-        return MessageId(partition, ledger, entry, -1).with_first_chunk(*self._first)
+        return super().message_id().with_first_chunk(*self._first)
 
 
 @dataclass(slots=True)

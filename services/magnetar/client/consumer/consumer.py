@@ -39,7 +39,7 @@ from magnetar.client.consumer.partition import PartitionConsumer
 from magnetar.client.consumer.partition_state import PartitionConsumerState, is_sentinel
 from magnetar.client.consumer.topic_tail import TopicTail
 from magnetar.client.message import Message
-from magnetar.protocol.errors import AlreadyClosed, MagnetarError, Timeout, Unsupported
+from magnetar.protocol.errors import AlreadyClosed, MagnetarError, OperationNotSupported, Timeout, Unsupported
 from magnetar.protocol.message_id import MessageId
 from magnetar.protocol.topic_name import TopicName
 
@@ -284,8 +284,11 @@ class Consumer:
     def _locate(self, message: Message | MessageId) -> tuple[PartitionConsumer, Position, int]:
         """The partition consumer, entry position and batch index a message (id) belongs to.
 
-        A ``Message`` knows its partition consumer. A bare ``MessageId`` carries only a partition
-        index: on a consumer over several topics that can be ambiguous, and it is refused.
+        A ``Message`` knows its partition consumer, and a received message's id its topic (as in
+        pulsar-client), which picks the partition consumer. An id without a topic (built by hand, or
+        deserialized without ``topic=``) is located by its partition index when that is unambiguous
+        (one topic); on a consumer of several topics it raises ``OperationNotSupported``, as
+        pulsar-client's multi-topic consumer does, and so does an id of a topic not subscribed here.
         """
         if isinstance(message, Message):
             info = message._info
@@ -293,22 +296,28 @@ class Consumer:
             if owner is None:
                 raise ValueError("message does not belong to a consumer")
             return owner, info.position, message._index
-        candidates = self._by_partition.get(message.partition())
-        if candidates is not None and len(candidates) > 1 and message.topic is not None:
-            # ``MessageId.deserialize(data, topic=...)`` says which topic, as in pulsar-client.
-            candidates = [p for p in candidates if p.topic == message.topic] or candidates
-        if candidates is not None and len(candidates) == 1:
-            part = candidates[0]
-        elif candidates is None and len(self._parts) == 1:
-            part = self._parts[0]
-        elif candidates:
-            raise ValueError(
-                f"message id {message} is ambiguous on a consumer of several topics: "
-                "acknowledge the Message itself (it knows its topic)"
-            )
-        else:
-            raise ValueError(f"message id {message} is not from a partition of {self._topic}")
-        return part, message.position, message.batch_index()
+        return self._part_of(message), message.position, message.batch_index()
+
+    def _part_of(self, message: MessageId) -> PartitionConsumer:
+        """The partition consumer a message id names (see ``_locate``)."""
+        parts = self._parts
+        topic = message.topic
+        if topic is not None:
+            found = [p for p in parts if p.topic == topic]
+            if not found:
+                found = [p for p in parts if p.topic == _full_topic_name(topic, message.partition())]
+            if len(found) == 1:
+                return found[0]
+            raise OperationNotSupported(f"message id {message} is of topic {topic}, which {self._topic} does not read")
+        if len(parts) == 1:
+            return parts[0]
+        candidates = self._by_partition.get(message.partition(), [])
+        if len(candidates) == 1 and len({str(TopicName.parse(p.topic).partitioned_base) for p in parts}) == 1:
+            return candidates[0]  # one partitioned topic: the partition index says which
+        raise OperationNotSupported(
+            f"message id {message} has no topic, and {self._topic} reads several: use the received message's "
+            "own id, or MessageId.deserialize(data, topic=...)"
+        )
 
     async def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message; the entry is acked on the broker once all its messages are
@@ -341,7 +350,12 @@ class Consumer:
         self._negative_acknowledge(message)
 
     def _negative_acknowledge(self, message: Message | MessageId) -> None:
-        owner, position, _ = self._locate(message)
+        try:
+            owner, position, _ = self._locate(message)
+        except OperationNotSupported as exc:
+            # pulsar-client's multi-topic consumer ignores a negative ack of an id it cannot place.
+            log.warning("negative_acknowledge ignored: %s", exc)
+            return
         count = message.redelivery_count() if isinstance(message, Message) else 0
         owner.negative_acknowledge(position, count)
 
@@ -355,9 +369,10 @@ class Consumer:
     async def seek(self, messageid: MessageId | int) -> None:
         """Move the subscription to a message id or to a publish time (an ``int``, ms since the epoch).
 
-        As pulsar-client 3.x: a consumer over several partitions or topics seeks by publish time
-        only (a message id raises ``Unsupported``), except to ``MessageId.earliest`` / ``latest``,
-        which every partition takes (as newer pulsar-clients allow).
+        As pulsar-client 3.x: a consumer over several partitions or topics seeks every partition to
+        a publish time, ``MessageId.earliest`` or ``latest``; a message id moves the one partition
+        its topic names (a received message's id carries it), and an id without a topic there
+        raises ``OperationNotSupported``.
         """
         if isinstance(messageid, bool) or not isinstance(messageid, MessageId | int):
             raise ValueError(f"invalid seek_arg type {type(messageid)}")
@@ -365,10 +380,12 @@ class Consumer:
             raise AlreadyClosed(f"consumer on {self._topic} is closed")
         parts = list(self._parts)
         if isinstance(messageid, MessageId) and not is_sentinel(messageid) and len(parts) != 1:
-            raise Unsupported(
-                "seek by message id is not supported on a partitioned or multi-topic consumer; "
-                "seek by publish time, or seek one partition's consumer"
-            )
+            if messageid.topic is None:
+                raise OperationNotSupported(
+                    f"seek by a message id without a topic is not supported on {self._topic}, a consumer of "
+                    "several partitions or topics: seek by a received message's id, or by publish time"
+                )
+            parts = [self._part_of(messageid)]
         await asyncio.gather(*(p.seek(messageid) for p in parts))
 
     async def get_last_message_id(self) -> MessageId:
@@ -445,3 +462,15 @@ class Consumer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _full_topic_name(topic: str, partition: int) -> str | None:
+    """``topic`` in full form (the partition's name when it names a partitioned topic and the id a
+    partition), or None when it is no topic name at all."""
+    try:
+        name = TopicName.parse(topic)
+    except MagnetarError:
+        return None
+    if partition >= 0 and name.partition_index < 0:
+        name = name.partition(partition)
+    return str(name)
