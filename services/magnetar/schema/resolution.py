@@ -5,6 +5,13 @@ rules of the Avro 1.11 specification statically, i.e. "every datum the writer ca
 with the reader", which is what lets a consumer decode each message with the version it was
 written with into its own reader schema. The answer is a ``Problem`` (a path and a reason) rather
 than a bool, because the compatibility strategies word it for the user whose schema is refused.
+
+Names are checked where Java Avro's ``Resolver`` checks them, since Pulsar's broker decides with it
+(``SchemaValidatorBuilder`` over ``ResolvingGrammarGenerator``): two records are resolved field by
+field whatever their names, so renaming a record class is a compatible change; enums and fixed
+compare their unqualified names. Inside a reader union a name picks the branch: a writer's named
+type takes the branch of the same full name (or of a reader alias); failing that a record takes the
+first record branch it resolves against, preferring one of the same unqualified name.
 """
 
 from __future__ import annotations
@@ -65,27 +72,21 @@ def _join(path: str, name: str) -> str:
 
 
 def _names_match(reader: AvroNamed, writer: AvroNamed) -> bool:
-    """Avro 1.11 matches named types by unqualified name, or by one of the reader's aliases."""
+    """Enums and fixed: the same unqualified name, or one of the reader's aliases (Java's
+    ``Resolver`` compares ``getName()`` after applying the reader's aliases to the writer)."""
     if short_name(reader.fullname) == short_name(writer.fullname):
         return True
     return writer.fullname in reader.aliases or short_name(writer.fullname) in {short_name(a) for a in reader.aliases}
 
 
-def _shallow_match(reader: AvroNode, writer: AvroNode) -> bool:
-    """The specification's "match" that picks a reader union branch (resolved deeply afterwards)."""
-    if isinstance(reader, AvroPrimitive) and isinstance(writer, AvroPrimitive):
-        return reader.name == writer.name or reader.name in _PROMOTIONS.get(writer.name, frozenset())
-    if isinstance(reader, AvroArray) and isinstance(writer, AvroArray):
-        return True
-    if isinstance(reader, AvroMap) and isinstance(writer, AvroMap):
-        return True
-    if isinstance(reader, AvroFixed) and isinstance(writer, AvroFixed):
-        return reader.size == writer.size and _names_match(reader, writer)
-    if isinstance(reader, AvroRecord) and isinstance(writer, AvroRecord):
-        return _names_match(reader, writer)
-    if isinstance(reader, AvroEnum) and isinstance(writer, AvroEnum):
-        return _names_match(reader, writer)
-    return False
+def _same_full_name(reader: AvroNamed, writer: AvroNamed) -> bool:
+    """The exact match that picks a reader union branch for a named type (aliases count, as Java
+    applies them to the writer before resolving)."""
+    return reader.fullname == writer.fullname or writer.fullname in reader.aliases
+
+
+def _same_kind(reader: AvroNode, writer: AvroNode) -> bool:
+    return type(reader) is type(writer)
 
 
 class _Resolver:
@@ -110,16 +111,12 @@ class _Resolver:
                     )
             return None
         if isinstance(reader, AvroUnion):
-            # The first matching branch decodes the value; an exact match wins over a promotion,
-            # as the Java resolver does (the verdict is the same either way).
-            branches = [deref(b) for b in reader.branches]
-            exact = [b for b in branches if _shallow_match(b, writer) and not _is_promotion(b, writer)]
-            promoted = [b for b in branches if _shallow_match(b, writer)]
-            if not promoted:
+            picked = self._branch(reader, writer, path)
+            if picked is None:
                 return Problem(
                     path, f"the writer's {describe(writer)} matches no branch of the reader's {describe(reader)}"
                 )
-            return self.resolve((exact or promoted)[0], writer, path)
+            return self.resolve(picked, writer, path)
         if isinstance(reader, AvroPrimitive) and isinstance(writer, AvroPrimitive):
             if reader.name == writer.name or reader.name in _PROMOTIONS.get(writer.name, frozenset()):
                 return None
@@ -162,13 +159,36 @@ class _Resolver:
             )
         return None
 
+    def _branch(self, reader: AvroUnion, writer: AvroNode, path: str) -> AvroNode | None:
+        """The reader union's branch that decodes ``writer``'s values, as Java's ``ReaderUnion``
+        picks it: the first branch of the same kind (a named type: of the same full name), else for
+        a record the first record branch it resolves against (one of the same unqualified name
+        preferred), else the first branch a promotion reaches; None when none does."""
+        branches = [deref(b) for b in reader.branches]
+        structural: AvroNode | None = None
+        for b in branches:
+            if not _same_kind(b, writer):
+                continue
+            if isinstance(b, AvroRecord | AvroEnum | AvroFixed):
+                assert isinstance(writer, AvroRecord | AvroEnum | AvroFixed)
+                if _same_full_name(b, writer):
+                    return b
+                if isinstance(b, AvroRecord) and isinstance(writer, AvroRecord):
+                    fits = _Resolver().resolve(b, writer, path) is None
+                    same_short = short_name(b.fullname) == short_name(writer.fullname)
+                    if fits and (structural is None or same_short):
+                        structural = b
+            elif not (isinstance(b, AvroPrimitive) and isinstance(writer, AvroPrimitive)) or b.name == writer.name:
+                return b  # an array, a map, or the same primitive
+        if structural is not None:
+            return structural
+        if isinstance(writer, AvroPrimitive):
+            wider = _PROMOTIONS.get(writer.name, frozenset())
+            return next((b for b in branches if isinstance(b, AvroPrimitive) and b.name in wider), None)
+        return None
+
     def _record(self, reader: AvroRecord, writer: AvroRecord, path: str) -> Problem | None:
-        if not _names_match(reader, writer):
-            return Problem(
-                path,
-                f"record {writer.fullname!r} cannot be read as record {reader.fullname!r} "
-                "(names differ and no reader alias matches)",
-            )
+        # No name check: Java's resolver matches two records by their fields only.
         key = (id(reader), id(writer))
         if key in self.seen:
             return None
@@ -187,10 +207,6 @@ class _Resolver:
             if problem is not None:
                 return problem
         return None  # writer-only fields are skipped by readers
-
-
-def _is_promotion(reader: AvroNode, writer: AvroNode) -> bool:
-    return isinstance(reader, AvroPrimitive) and isinstance(writer, AvroPrimitive) and reader.name != writer.name
 
 
 def problem_of(reader: SchemaInfo, writer: SchemaInfo) -> Problem | None:
