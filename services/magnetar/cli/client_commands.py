@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from magnetar import event_loop
+from magnetar.cli.client_security import add_client_security_flags, client_security
 from magnetar.client import aio
 from magnetar.client.options import ConsumerType, InitialPosition
 from magnetar.protocol.errors import MagnetarError
@@ -18,7 +19,7 @@ from magnetar.protocol.errors import MagnetarError
 
 async def _produce(args: argparse.Namespace) -> int:
     properties = dict(p.split("=", 1) for p in args.property or [])
-    async with aio.Client(args.url) as client:
+    async with aio.Client(args.url, **client_security(args)) as client:
         producer = await client.create_producer(args.topic, batching_enabled=not args.no_batching)
         receipts = []
         for i in range(args.num_messages):
@@ -42,7 +43,7 @@ async def _produce(args: argparse.Namespace) -> int:
 
 async def _consume(args: argparse.Namespace) -> int:
     received = 0
-    async with aio.Client(args.url) as client:
+    async with aio.Client(args.url, **client_security(args)) as client:
         consumer = await client.subscribe(
             args.topic,
             args.subscription,
@@ -97,6 +98,7 @@ def add_client_commands(subparsers: Any) -> None:
     prod.add_argument("--no-batching", action="store_true")
     prod.add_argument("-v", "--verbose", action="store_true", help="print every message id")
     prod.add_argument("--url", default=SERVICE_URL, help=URL_HELP)
+    add_client_security_flags(prod)
     prod.set_defaults(func=run_produce)
 
     cons = subparsers.add_parser("consume", help="receive, print and acknowledge messages")
@@ -107,4 +109,5 @@ def add_client_commands(subparsers: Any) -> None:
     cons.add_argument("--initial-position", choices=["Latest", "Earliest"], default="Earliest")
     cons.add_argument("--timeout", type=float, default=0, help="give up after SECONDS without a message")
     cons.add_argument("--url", default=SERVICE_URL, help=URL_HELP)
+    add_client_security_flags(cons)
     cons.set_defaults(func=run_consume)

@@ -478,7 +478,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("magnetar bookie needs --data-dir (or dataDir in --config)")
     if args.command == "bookie" and args.bookie_id is None:
         args.bookie_id = f"{args.advertised_address or args.host}:{args.port}"
-    result: int = args.func(args)
+    from magnetar.cli.user_errors import run_reporting
+
+    # Ordinary failures (server down, bad names, credentials, TLS) as one line: cli/user_errors.py
+    result: int = run_reporting(f"magnetar {args.command}", lambda: int(args.func(args)))
     return result
 
 
