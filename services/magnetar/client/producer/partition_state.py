@@ -67,6 +67,8 @@ class PartitionProducerState(Attachment):
         self.pending = 0  # messages in the open batch plus in flight
         self._capacity_waiters: list[asyncio.Future[None]] = []
         self._timeout_handle: asyncio.TimerHandle | None = None
+        # The broker's last retryable refusal since the last receipt (a send timeout names it).
+        self._last_refusal: MagnetarError | None = None
         # Told how many messages completed (either way); the sync layer counts in-flight with it.
         self.completion_listener: Callable[[int], None] | None = None
         # Told when a batch is sealed; the partitioned producer moves round robin on with it.

@@ -39,6 +39,7 @@ class Receipts(PartitionProducerState):
             if head.first_seq > seq:
                 return  # a late receipt for a batch that already timed out
             inflight.popleft()
+            self._last_refusal = None
             if head.first_seq == seq:
                 last = head.first_seq + head.count - 1
                 self.last_sequence_id = last if head.last_seq < last else head.last_seq
@@ -49,6 +50,7 @@ class Receipts(PartitionProducerState):
 
     def _on_send_error(self, seq: int, exc: MagnetarError) -> None:
         if isinstance(exc, RetryableError | AlreadyClosed):
+            self._last_refusal = exc
             self._registration_broken(exc)
             return
         inflight = self._inflight
@@ -64,9 +66,12 @@ class Receipts(PartitionProducerState):
         inflight = self._inflight
         if inflight and inflight[0].opened_at + self._timeout <= now:
             state = "" if self._conn is not None else " (the producer is disconnected and reconnecting)"
+            refusal = self._last_refusal
+            # Why it kept being resent, such as bookies whose disks are full: a timeout alone does not say.
+            why = f"; the broker's last answer: {refusal.code}: {refusal}" if refusal is not None else ""
             exc = Timeout(
                 f"message to {self.topic} not acknowledged within {self._cfg.send_timeout_millis} ms"
-                f" (send_timeout_millis){state}"
+                f" (send_timeout_millis){state}{why}"
             )
             while inflight and inflight[0].opened_at + self._timeout <= now:
                 self._complete(inflight.popleft(), exc)
