@@ -22,6 +22,12 @@ class LocalBookieClient:
     def bookie_id(self) -> str:
         return self._bookie_id
 
+    @property
+    def read_only(self) -> bool:
+        """Whether the bookie refuses adds now (its disk is full): what a cluster's bookie
+        publishes in its registration, asked directly (re-checked at most once a second)."""
+        return self._storage.check_disk()
+
     async def add_entry(
         self, ledger_id: int, entry_id: int, data: bytes, crc: int, lac: int, *, recovery: bool = False
     ) -> None:

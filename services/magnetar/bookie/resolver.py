@@ -1,11 +1,12 @@
 """``BookieResolver`` implementations: which bookies exist and how to reach each one.
 
 ``StaticBookieResolver`` is a fixed map (standalone: one in-process bookie; tests: a handful of
-servers on loopback). ``MetadataBookieResolver`` follows the cluster: the writable bookies are
-the registered, not read-only ones under ``/bookies/available``, and a client looks its bookie's
-address up again on every (re)connect, so a bookie that restarts on another address is found.
-Its clients share one ``BookieClientSecurity`` (credentials, TLS); a bookie that registered
-``tls: true`` is refused at once by a client without TLS (WIRE.md R84), rather than sent plaintext.
+servers on loopback); an in-process bookie whose disk is full is left out of its writable ones.
+``MetadataBookieResolver`` follows the cluster: the writable bookies are the registered, not
+read-only ones under ``/bookies/available``, and a client looks its bookie's address up again on
+every (re)connect, so a bookie that restarts on another address is found. Its clients share one
+``BookieClientSecurity`` (credentials, TLS); a bookie that registered ``tls: true`` is refused at
+once by a client without TLS (WIRE.md R84), rather than sent plaintext.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from magnetar.bookie.client_security import BookieClientSecurity
+from magnetar.bookie.local_client import LocalBookieClient
 from magnetar.bookie.registration import BookieRegistration, lookup
 from magnetar.bookie.tcp_client import TcpBookieClient
 from magnetar.ledger.bookie_api import BookieClient
@@ -33,7 +35,16 @@ class StaticBookieResolver:
             raise NotConnected(f"unknown bookie {bookie_id!r}") from None
 
     async def writable_bookies(self) -> list[str]:
-        return list(self._writable)
+        """The fixed writable set, less the in-process bookies that are read-only now. Why: as a
+        cluster's resolver skips bookies registered read-only, a ledger is then refused at
+        creation (``NotEnoughBookies``, retried by the managed ledger with back-off) instead of
+        being created on a full bookie, failing at its first add and being replaced at once by
+        another such ledger, whose metadata writes fill the disk further."""
+        return [b for b in self._writable if not self._read_only(b)]
+
+    def _read_only(self, bookie_id: str) -> bool:
+        client = self._clients.get(bookie_id)
+        return isinstance(client, LocalBookieClient) and client.read_only
 
 
 class MetadataBookieResolver:
@@ -95,7 +106,6 @@ class MetadataBookieResolver:
 
 def _conformance() -> None:
     """Never called: makes mypy prove the classes here implement the ``ledger`` protocols."""
-    from magnetar.bookie.local_client import LocalBookieClient
     from magnetar.ledger.bookie_api import BookieResolver
 
     _clients: list[type[BookieClient]] = [LocalBookieClient, TcpBookieClient]

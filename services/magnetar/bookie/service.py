@@ -254,8 +254,13 @@ class BookieService:
         if server is not None:
             try:
                 await server.update_registration()
-            except Exception:  # metadata unavailable: try again on the next tick
-                log.exception("bookie %s could not update its registration", self.bookie_id)
+            except Exception as exc:  # metadata unavailable (or its disk full, standalone): try again on the next tick
+                log.warning(
+                    "bookie %s could not update its registration (tried again in %.0f s): %r",
+                    self.bookie_id,
+                    self._disk_check_interval,
+                    exc,
+                )
         return now
 
     async def stop(self) -> None:

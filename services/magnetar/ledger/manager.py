@@ -50,7 +50,11 @@ class LedgerManager:
         validate_quorums(ensemble_size, write_quorum, ack_quorum)
         writable = await self._bookies.writable_bookies()
         if len(writable) < ensemble_size:
-            raise NotEnoughBookies(f"need {ensemble_size} writable bookies, have {len(writable)}: {writable}")
+            # BookKeeper's words for it, which Pulsar users search for; a full disk is the usual cause.
+            raise NotEnoughBookies(
+                f"Not enough non-faulty bookies available: need {ensemble_size} writable bookies, have "
+                f"{len(writable)}: {writable} (a bookie whose disk is full is read-only)"
+            )
         ensemble = random.sample(writable, ensemble_size)
         md = new_metadata(ensemble, write_quorum, ack_quorum, custom)
         ledger_id = await self._store.increment(LEDGER_ID_COUNTER)

@@ -13,6 +13,7 @@ broker writes the producer's receipt in the same turn of the event loop as the b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -27,7 +28,7 @@ from magnetar.managed_ledger.message_counts import MessageCounts
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.reads import LedgerReads
 from magnetar.managed_ledger.trimming import LedgerTrimming
-from magnetar.protocol.errors import AlreadyClosed
+from magnetar.protocol.errors import AlreadyClosed, MagnetarError, PersistenceError
 
 # The managed ledger logs under one name, whichever of its modules holds the code, so that a log
 # filter set for it keeps catching every line.
@@ -52,10 +53,11 @@ class LedgerAppends(LedgerTrimming, MessageCounts, LedgerReads):
     _rollover_task: asyncio.Task[None] | None
     # The current ledger failed: the next add rolls over first.
     _ledger_failed: bool
-    # The last roll-over's failure, and the back-off before the next attempt.
+    # The last roll-over's failure, and the back-off before the next attempt (``close`` cuts it short).
     _roll_error: Exception | None
     _roll_failures: int
     _retry_roll_at: float
+    _wake_roll: asyncio.Event
     # Adds waiting for a roll-over: (data, precondition, messages, listener), issued in order.
     _queue: deque[tuple[bytes, Callable[[], BaseException | None] | None, int, AddedListener]]
     # Called after every confirmed add (``add_listener``).
@@ -121,16 +123,16 @@ class LedgerAppends(LedgerTrimming, MessageCounts, LedgerReads):
         a later add can never overtake one that was waiting. ``precondition`` is checked at the
         moment of issue (the broker passes its producer fence, so a send that waited behind a
         roll-over is not stored once an earlier send of the same producer has failed). A refusal
-        at the moment of the call (closed, a failed roll-over backing off, the precondition)
-        raises here instead.
+        at the moment of the call (closed, the precondition) raises here instead.
+
+        After a failed roll-over, adds wait in the queue for the next attempt, which comes after a
+        back-off: failing each at once had every producer resend at once (it retries the
+        ``PersistenceError``), thousands of times a second for as long as the bookies were full.
         """
         if self._closed:
             raise AlreadyClosed(f"managed ledger {self.name} is closed")
         if self._queue or self._rolling or self._should_roll():
             if not self._rolling:
-                if self._roll_error is not None and time.monotonic() < self._retry_roll_at:
-                    # Back off between attempts to open a new ledger instead of one per send.
-                    raise self._roll_error
                 self._start_rollover()
             self._queue.append((data, precondition, messages, listener))
             return
@@ -197,8 +199,8 @@ class LedgerAppends(LedgerTrimming, MessageCounts, LedgerReads):
     def _drain_queue(self) -> None:
         """Issue queued adds in order after a roll-over (or fail them all if it failed)."""
         while self._queue:
-            if self._roll_error is not None:
-                error = self._roll_error
+            if self._roll_error is not None or self._closed:
+                error = self._roll_error or AlreadyClosed(f"managed ledger {self.name} is closed")
                 waiting = list(self._queue)
                 self._queue.clear()
                 for _, _, _, listener in waiting:
@@ -233,6 +235,13 @@ class LedgerAppends(LedgerTrimming, MessageCounts, LedgerReads):
         self._rollover_task = asyncio.get_running_loop().create_task(self._rollover())
 
     async def _rollover(self) -> None:
+        backoff = self._retry_roll_at - time.monotonic()
+        if self._roll_error is not None and backoff > 0:
+            with contextlib.suppress(TimeoutError):  # a timer: the back-off, cut short by ``close``
+                await asyncio.wait_for(self._wake_roll.wait(), backoff)
+        if self._closed:
+            self._drain_queue()  # fails what waited: the ledger closed meanwhile
+            return
         self._roll_error = None
         try:
             await self._drained.wait()
@@ -255,14 +264,24 @@ class LedgerAppends(LedgerTrimming, MessageCounts, LedgerReads):
         except Exception as exc:
             # The old ledger is closed or broken either way: no add may go to it any more.
             self._ledger_failed = True
-            self._roll_error = exc
+            self._roll_error = as_persistence_error(exc, f"managed ledger {self.name} could not open a new ledger")
             self._roll_failures += 1
-            delay = min(5.0, 0.1 * 2 ** min(self._roll_failures, 6))
+            delay = min(2.0, 0.1 * 2 ** min(self._roll_failures, 5))
             self._retry_roll_at = time.monotonic() + delay
             log.warning("roll-over of %s failed (retry in %.1fs): %s", self.name, delay, exc)
         finally:
             # May start the next roll-over (a new task) for adds that still do not fit.
             self._drain_queue()
+
+
+def as_persistence_error(exc: Exception, what: str) -> Exception:
+    """A failure of the store beneath (the metadata store's own disk full, an I/O error) as
+    Pulsar's broker reports every managed-ledger failure: ``PersistenceError``, which a producer
+    retries (it re-attaches and resends) until its send timeout, instead of an ``UnknownError``
+    that fails the send and leaves its registration refusing every later one."""
+    if isinstance(exc, MagnetarError):
+        return exc
+    return PersistenceError(f"{what}: {exc}")
 
 
 def settle(fut: asyncio.Future[Position], pos: Position | None, exc: BaseException | None) -> None:

@@ -76,6 +76,7 @@ class ManagedLedger(LedgerAppends):
         self._roll_error = None
         self._roll_failures = 0
         self._retry_roll_at = 0.0
+        self._wake_roll = asyncio.Event()
         self._queue = deque()
         self._read_handles = {}
         self._cache = OrderedDict()
@@ -191,6 +192,7 @@ class ManagedLedger(LedgerAppends):
         if self._closed:
             return
         self._closed = True
+        self._wake_roll.set()  # a roll-over backing off gives up now: its queued adds fail as closed
         if self._trim_task is not None and not self._trim_task.done():
             await asyncio.gather(self._trim_task, return_exceptions=True)
         for cursor in self.cursors.values():
