@@ -379,7 +379,11 @@ async def test_chunked_id_acks_nacks_and_seeks_as_the_whole_message(standalone: 
     data = payload_of(11 * MiB, 7)
     async with aio.Client(standalone.service_url) as client:
         consumer = await client.subscribe(
-            topic, "s", initial_position=InitialPosition.Earliest, negative_ack_redelivery_delay_ms=100
+            topic,
+            "s",
+            initial_position=InitialPosition.Earliest,
+            negative_ack_redelivery_delay_ms=100,
+            start_message_id_inclusive=True,
         )
         producer = await client.create_producer(topic, chunking_enabled=True)
         sent = await producer.send(data)
@@ -387,7 +391,7 @@ async def test_chunked_id_acks_nacks_and_seeks_as_the_whole_message(standalone: 
         await consumer.negative_acknowledge(first)  # every chunk comes again, so the whole message does
         again = await consumer.receive(30_000)
         assert again.data() == data and again.redelivery_count() == 1
-        await consumer.seek(sent)  # a durable seek to a chunked id reads it again from its first chunk
+        await consumer.seek(sent)  # an inclusive seek to a chunked id reads it again from its first chunk
         sought = await consumer.receive(30_000)
         assert sought.data() == data
         await consumer.acknowledge(sent)  # a bare chunked MessageId acknowledges all its chunks

@@ -223,6 +223,12 @@ class ConsumerCommands(ConnectionTransport):
             return
 
         async def run() -> None:
+            if lid >= LATEST_ID:
+                # MessageId.latest: the end of the topic as it is now, as Pulsar's cursor resolves it,
+                # so that what is published after the seek is delivered.
+                await sub.reset(sub.ml.last_confirmed)
+                self.write(c.success(cmd["rid"]))
+                return
             target = sub.ml.first_readable(Position(lid, eid))
             before = Position(lid, eid - 1) if target is None else Position(target.ledger_id, target.entry_id - 1)
             before = compaction_reads.seek_mark_delete(sub, Position(lid, eid)) or before  # R46b

@@ -28,12 +28,13 @@ class Seeking(PartitionConsumerState):
         return self._conn
 
     async def seek(self, target: MessageId | int) -> None:
-        """Move the subscription to a message id (it is delivered next) or a publish time (ms).
+        """Move the subscription to a message id or a publish time (ms).
 
         What was queued or in flight for the old position is dropped, with its permits given back;
-        pending negative acks and ack timeouts are forgotten. For a non-durable consumer the id
-        becomes its start (inclusive only with ``start_message_id_inclusive``); for a durable one
-        the id itself comes next, and earlier indexes of its batch are skipped.
+        pending negative acks and ack timeouts are forgotten. As in pulsar-client, the broker moves
+        the cursor to the id's entry and the id becomes this consumer's start: delivery resumes
+        after that message, or at it with ``start_message_id_inclusive`` (what comes before it in
+        its entry is dropped here). ``MessageId.latest`` is resolved by the broker when it seeks.
         """
         if isinstance(target, bool) or not isinstance(target, MessageId | int):
             raise ValueError(f"seek takes a MessageId or a publish time in ms, not {type(target).__name__}")
@@ -42,7 +43,7 @@ class Seeking(PartitionConsumerState):
         cmd: cmds.Request
         if isinstance(target, MessageId):
             ledger, entry = target.position
-            if target.first_chunk is not None and (self._durable or self.config.start_message_id_inclusive):
+            if target.first_chunk is not None and self.config.start_message_id_inclusive:
                 ledger, entry = target.first_chunk  # a chunked message is read again from its first chunk
             cmd = cmds.seek(self.consumer_id, [ledger, entry])
         else:
@@ -55,8 +56,6 @@ class Seeking(PartitionConsumerState):
         before = (self._start, self._start_inclusive, self._last_received)
         if isinstance(target, int):
             self._set_start(None, False)
-        elif self._durable:
-            self._set_start(target, True)
         else:
             self._set_start(target, self.config.start_message_id_inclusive)
         self._last_received = None
