@@ -1,10 +1,23 @@
-"""``--config FILE`` for ``magnetar broker`` and ``magnetar bookie``: Pulsar-style settings files.
+"""``--config FILE`` for ``magnetar standalone``, ``broker`` and ``bookie``: Pulsar's settings files.
 
-Keys use the names Pulsar operators know from broker.conf / bookkeeper.conf (``brokerServicePort``,
-``managedLedgerDefaultAckQuorum``, ``bookiePort``...). Flags given on the command line win over the
-file. ``{POD_NAME}`` in a value is replaced by the ``POD_NAME`` environment variable (or the host
-name), so one file serves every pod of a StatefulSet. An unknown key is an error that names the
-known ones, so a typo cannot silently fall back to a default.
+Keys use the names Pulsar operators know from standalone.conf / broker.conf / bookkeeper.conf
+(``brokerServicePort``, ``managedLedgerDefaultAckQuorum``, ``bookiePort``...). Flags given on the
+command line win over the file. ``{POD_NAME}`` in a value is replaced by the ``POD_NAME``
+environment variable (or the host name), so one file serves every pod of a StatefulSet.
+
+Two formats, told apart by the file's name (``.conf``/``.properties`` or ``.yaml``/``.yml``/``.json``)
+or else by its first setting (``key=value`` or ``key: value``):
+
+- Pulsar's own properties files (cli/properties_file.py), so that an operator's ``standalone.conf``
+  runs as it is. Such a file carries every setting Pulsar has, most of which Magnetar has no use
+  for (ZooKeeper, the load balancer, the JVM's caches): they are listed once, in one warning line,
+  and ignored. A blank value leaves its setting at the default, as in Pulsar (a blank
+  ``brokerServicePort`` or ``webServicePort`` switches that listener off, as there).
+- YAML (the Kubernetes chart writes these): a file written for Magnetar, so an unknown key is an
+  error that names the known ones, and a typo cannot silently fall back to a default.
+
+A file that cannot be read or parsed, or a value its setting cannot take, ends the command with
+one line naming the file, the key and what the key takes in words.
 """
 
 from __future__ import annotations
@@ -12,10 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from magnetar.cli.flag_types import flag_optional_port, kind_of
+from magnetar.cli.properties_file import PropertiesError, parse_properties
 
 KEYS: dict[str, dict[str, str]] = {
     "broker": {
@@ -31,6 +46,8 @@ KEYS: dict[str, dict[str, str]] = {
         "managedLedgerDefaultAckQuorum": "ack_quorum",
         "defaultNumberOfNamespaceBundles": "bundles",
         "clusterName": "cluster",
+        "anonymousUserRole": "anonymous_user_role",
+        "basicAuthConf": "basic_auth_conf",
         "isolatedTenant": "isolated_tenant",
         "brokerDeduplicationEnabled": "broker_deduplication_enabled",
         "brokerDeduplicationEntriesInterval": "broker_deduplication_entries_interval",
@@ -131,6 +148,18 @@ KEYS: dict[str, dict[str, str]] = {
 }
 
 
+_PROPERTIES_SUFFIXES = (".conf", ".properties")
+_YAML_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def known_keys(command: str, parser: argparse.ArgumentParser) -> dict[str, str]:
+    """The keys ``command``'s file may hold, each with its flag's dest. The standalone takes the
+    broker's keys that it has flags for (not the cluster's: metadata, quorums, bookie clients)."""
+    table = KEYS["broker" if command == "standalone" else command]
+    dests = {action.dest for action in parser._actions}
+    return {key: dest for key, dest in table.items() if dest in dests}
+
+
 def _expand(value: Any) -> Any:
     if isinstance(value, str) and "{POD_NAME}" in value:
         return value.replace("{POD_NAME}", os.environ.get("POD_NAME") or socket.gethostname())
@@ -142,27 +171,88 @@ def apply_config_file(args: argparse.Namespace, parser: argparse.ArgumentParser)
     path = getattr(args, "config", None)
     if not path:
         return
-    doc = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(doc, dict):
-        raise SystemExit(f"{path}: a config file must be a mapping of settings")
-    known = KEYS[args.command]
+    where = f"magnetar {args.command}: {path}"
+    text = _read(path, where)
+    properties = is_properties(path, text)
+    doc = _parse_properties(text, where) if properties else _parse_yaml(text, where)
+    known = known_keys(args.command, parser)
     unknown = sorted(set(doc) - set(known))
+    if unknown and not properties:
+        raise SystemExit(f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     if unknown:
-        raise SystemExit(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        print(
+            f"{where}: ignoring {len(unknown)} setting(s) that magnetar {args.command} does not use: "
+            + ", ".join(unknown),
+            file=sys.stderr,
+            flush=True,
+        )
     # A value from the file goes through its flag's own converter, as if given on the command line:
     # Kubernetes config maps (and so the chart) hold strings, e.g. diskUsageThreshold: '0.97'.
     converters = {action.dest: action.type for action in parser._actions}
     for key, value in doc.items():
+        if key not in known:
+            continue
         dest = known[key]
+        if properties:
+            value = value.strip()  # Pulsar trims; blank means the default, or no listener for a port
+            if not value and converters.get(dest) is not flag_optional_port:
+                continue
         if getattr(args, dest, None) == parser.get_default(dest):  # not given on the command line
-            setattr(args, dest, _convert(path, key, _expand(value), converters.get(dest)))
+            setattr(args, dest, _convert(where, key, _expand(value), converters.get(dest)))
 
 
-def _convert(path: str, key: str, value: Any, converter: Any) -> Any:
+def is_properties(path: str, text: str) -> bool:
+    """Whether ``path`` is a Java properties file rather than YAML: by its suffix, else by whether
+    its first setting line puts ``=`` before any ``:``."""
+    suffix = Path(path).suffix.lower()
+    if suffix in _PROPERTIES_SUFFIXES or suffix in _YAML_SUFFIXES:
+        return suffix in _PROPERTIES_SUFFIXES
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!" or stripped == "---":
+            continue
+        equals, colon = stripped.find("="), stripped.find(":")
+        return equals >= 0 and (colon < 0 or equals < colon)
+    return False
+
+
+def _read(path: str, where: str) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SystemExit(f"{where}: cannot read the config file: {exc.strerror or exc}") from None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return data.decode("latin-1")  # what java.util.Properties reads a file as
+
+
+def _parse_properties(text: str, where: str) -> dict[str, Any]:
+    try:
+        return dict(parse_properties(text))
+    except PropertiesError as exc:
+        raise SystemExit(f"{where}: not a valid properties file: {exc}") from None
+
+
+def _parse_yaml(text: str, where: str) -> dict[str, Any]:
+    import yaml  # the server extra's: a client-only install never reads a settings file
+
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise SystemExit(f"{where}: not valid YAML: {problem}{at}") from None
+    if not isinstance(doc, dict):
+        raise SystemExit(f"{where}: a config file must be a mapping of settings (key: value lines)")
+    return doc
+
+
+def _convert(where: str, key: str, value: Any, converter: Any) -> Any:
     if value is None or not callable(converter):
         return value
     try:
         return converter(value)
-    except (TypeError, ValueError):
-        kind = getattr(converter, "__name__", "value")
-        raise SystemExit(f"{path}: {key} must be a {kind}, got {value!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"{where}: {key} must be {kind_of(converter, exc)}, got {value!r}") from None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from magnetar import event_loop
-from magnetar.cli.flag_types import flag_bool
+from magnetar.cli.flag_types import flag_bool, flag_optional_port
 
 DEFAULT_DATA_DIR = os.environ.get("MAGNETAR_DATA_DIR", "data/standalone")
 
@@ -24,13 +24,22 @@ def _run_until_signal(
     start: Callable[[], Awaitable[None]],
     stop: Callable[[], Awaitable[None]],
     banner: Callable[[], str],
+    host: str,
+    ports: Mapping[str, int | None],
 ) -> int:
     """Start a service, print its banner, run until SIGINT/SIGTERM, then stop it cleanly.
 
-    A port already taken ends it with one line naming the port and the flag (``flags``: listener
-    → option) that chooses another, and exit code 1."""
+    Ports already taken (``ports``: listener → port, all checked before anything starts) end it
+    with one line naming every one and the flags (``flags``: listener → option) that choose
+    others, and exit code 1; so does a data directory another process holds."""
     from magnetar.node import descriptor_table, gc_policy
-    from magnetar.node.ports import PortInUse
+    from magnetar.node.data_dir_lock import DataDirInUse
+    from magnetar.node.ports import PortInUse, busy_ports
+
+    busy = busy_ports(host, ports)
+    if busy:
+        print(f"magnetar {role}: {_busy_line(busy, flags)}", file=sys.stderr, flush=True)
+        return 1
 
     try:
         gc_plan = gc_policy.from_env()
@@ -60,7 +69,21 @@ def _run_until_signal(
         hint = f"; pass {flags[exc.listener]} to choose another" if exc.listener in flags else ""
         print(f"magnetar {role}: {exc}{hint}", file=sys.stderr, flush=True)
         return 1
+    except DataDirInUse as exc:
+        print(f"magnetar {role}: {exc}; stop it first, or pass --data-dir", file=sys.stderr, flush=True)
+        return 1
     return 0
+
+
+def _busy_line(busy: list[tuple[str, int]], flags: Mapping[str, str]) -> str:
+    """One line for every taken port: ``ports 6650 (service), 8080 (admin) are already in use; ...``."""
+    options = [flags[listener] for listener, _ in busy if listener in flags]
+    hint = f"; pass {', '.join(options)} to choose {'others' if len(options) > 1 else 'another'}" if options else ""
+    if len(busy) == 1:
+        ((listener, port),) = busy
+        return f"port {port} is already in use ({listener} port){hint}"
+    named = ", ".join(f"{port} ({listener} port)" for listener, port in busy)
+    return f"ports {named} are already in use{hint}"
 
 
 def _exit_on_session_loss(role: str) -> Callable[[], None]:
@@ -120,18 +143,14 @@ def _dedup_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in names}
 
 
-def _optional_port(value: Any) -> int | None:
-    """A port, or none at all: ``""``/``none``/``off`` switch a plaintext listener off (TLS only),
-    as an empty ``brokerServicePort`` / ``webServicePort`` does in Pulsar."""
-    if value is None or str(value).strip().lower() in ("", "none", "off"):
-        return None
-    return int(value)
-
-
 def _add_tls_flags(parser: argparse.ArgumentParser) -> None:
     """TLS listeners and files, Pulsar's broker.conf names in flag form (node/tls.py)."""
-    parser.add_argument("--broker-service-port-tls", type=_optional_port, default=None, help="TLS binary port (0: any)")
-    parser.add_argument("--web-service-port-tls", type=_optional_port, default=None, help="HTTPS admin port (0: any)")
+    parser.add_argument(
+        "--broker-service-port-tls", type=flag_optional_port, default=None, help="TLS binary port (0: any)"
+    )
+    parser.add_argument(
+        "--web-service-port-tls", type=flag_optional_port, default=None, help="HTTPS admin port (0: any)"
+    )
     parser.add_argument("--tls-certificate-file-path", default=None)
     parser.add_argument("--tls-key-file-path", default=None)
     parser.add_argument("--tls-trust-certs-file-path", default=None)
@@ -216,7 +235,11 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     )
     check_auth_settings(broker)
     _check_tls_settings(broker)
-    sa = Standalone(StandaloneConfig(Path(args.data_dir), broker, bookie_port=args.bookie_port, journal=args.journal))
+    sa = Standalone(
+        StandaloneConfig(
+            Path(args.data_dir), broker, bookie_port=args.bookie_port, journal=args.journal, cluster=args.cluster
+        )
+    )
 
     def banner() -> str:
         assert sa.broker is not None and sa.bookie is not None
@@ -232,7 +255,14 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         "service-tls": "--broker-service-port-tls",
         "admin-tls": "--web-service-port-tls",
     }
-    return _run_until_signal("standalone", flags, sa.start, sa.stop, banner)
+    ports = {
+        "service": args.port,
+        "admin": args.web_port,
+        "bookie": args.bookie_port,
+        "service-tls": args.broker_service_port_tls,
+        "admin-tls": args.web_service_port_tls,
+    }
+    return _run_until_signal("standalone", flags, sa.start, sa.stop, banner, args.host, ports)
 
 
 def cmd_bookie(args: argparse.Namespace) -> int:
@@ -268,7 +298,9 @@ def cmd_bookie(args: argparse.Namespace) -> int:
     from magnetar.bookie.storage import StorageCorrupt
 
     try:
-        return _run_until_signal("bookie", {"bookie": "--port", "http": "--http-port"}, start, node.stop, node.banner)
+        flags = {"bookie": "--port", "http": "--http-port"}
+        ports = {"bookie": args.port, "http": args.http_port}
+        return _run_until_signal("bookie", flags, start, node.stop, node.banner, args.host, ports)
     except (CookieMismatch, StorageCorrupt) as exc:
         print(f"magnetar bookie: refusing to start: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -328,7 +360,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
         "service-tls": "--broker-service-port-tls",
         "admin-tls": "--web-service-port-tls",
     }
-    return _run_until_signal("broker", flags, start, node.stop, banner)
+    ports = {
+        "service": args.port,
+        "admin": args.web_port,
+        "service-tls": args.broker_service_port_tls,
+        "admin-tls": args.web_service_port_tls,
+    }
+    return _run_until_signal("broker", flags, start, node.stop, banner, args.host, ports)
 
 
 def cmd_local_cluster(args: argparse.Namespace) -> int:
@@ -362,13 +400,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     sa = sub.add_parser("standalone", help="broker + bookie + embedded metadata in one process")
+    sa.add_argument("--config", default=None, help="Pulsar's standalone.conf, or YAML (flags win)")
     sa.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    sa.add_argument("--cluster", default="standalone", help="the cluster's name (clusterName)")
     sa.add_argument("--host", default="127.0.0.1")
     sa.add_argument("--advertised-address", default=None)
     sa.add_argument(
-        "--port", type=_optional_port, default=6650, help="binary protocol port (0: any free port, none: off)"
+        "--port", type=flag_optional_port, default=6650, help="binary protocol port (0: any free port, none: off)"
     )
-    sa.add_argument("--web-port", type=_optional_port, default=8080, help="admin REST / metrics port (0: any)")
+    sa.add_argument("--web-port", type=flag_optional_port, default=8080, help="admin REST / metrics port (0: any)")
     sa.add_argument("--bookie-port", type=int, default=3181)
     _add_policy_check_flags(sa)
     _add_dedup_flags(sa)
@@ -379,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_schema_flags(sa)
     add_listener_flags(sa)
     _add_journal_flag(sa)
-    sa.set_defaults(func=cmd_standalone)
+    sa.set_defaults(func=cmd_standalone, _parser=sa)
 
     bk = sub.add_parser("bookie", help="run one bookie")
     bk.add_argument("--config", default=None, help="Pulsar-style YAML settings (flags win)")
@@ -415,13 +455,13 @@ def build_parser() -> argparse.ArgumentParser:
     bk.set_defaults(func=cmd_bookie, _parser=bk)
 
     br = sub.add_parser("broker", help="run one cluster broker (needs etcd and bookies)")
-    br.add_argument("--config", default=None, help="Pulsar-style YAML settings (flags win)")
+    br.add_argument("--config", default=None, help="Pulsar's broker.conf, or YAML (flags win)")
     br.add_argument("--metadata-url", default=None, help="etcd://host:port[,host:port]")
     br.add_argument("--isolated-tenant", default=None, help=argparse.SUPPRESS)
     br.add_argument("--host", default="127.0.0.1")
     br.add_argument("--advertised-address", default=None)
-    br.add_argument("--port", type=_optional_port, default=6650)
-    br.add_argument("--web-port", type=_optional_port, default=8080)
+    br.add_argument("--port", type=flag_optional_port, default=6650)
+    br.add_argument("--web-port", type=flag_optional_port, default=8080)
     br.add_argument("--ensemble-size", type=int, default=3)
     br.add_argument("--write-quorum", type=int, default=3)
     br.add_argument("--ack-quorum", type=int, default=2)
@@ -470,7 +510,32 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if args.command in ("bookie", "broker"):
+    if args.command not in SERVER_COMMANDS:
+        from magnetar.cli.user_errors import run_reporting
+
+        # Ordinary failures (server down, bad names, credentials, TLS) as one line: cli/user_errors.py
+        return run_reporting(f"magnetar {args.command}", lambda: int(args.func(args)))
+    try:
+        return _run_server_command(args)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] == "magnetar":
+            raise
+        print(
+            f"magnetar {args.command} needs the server extra, which is not installed (no module {exc.name!r}): "
+            "pip install 'magnetar[server]'",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+
+
+# The commands that run servers: they need the ``server`` extra (LMDB, aiohttp, PyYAML, PyJWT...),
+# which a client-only install (``pip install magnetar``) lacks.
+SERVER_COMMANDS = ("standalone", "bookie", "broker", "local-cluster")
+
+
+def _run_server_command(args: argparse.Namespace) -> int:
+    if args.command in ("standalone", "bookie", "broker"):
         from magnetar.cli.config_file import apply_config_file
 
         apply_config_file(args, args._parser)
@@ -478,10 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("magnetar bookie needs --data-dir (or dataDir in --config)")
     if args.command == "bookie" and args.bookie_id is None:
         args.bookie_id = f"{args.advertised_address or args.host}:{args.port}"
-    from magnetar.cli.user_errors import run_reporting
-
-    # Ordinary failures (server down, bad names, credentials, TLS) as one line: cli/user_errors.py
-    result: int = run_reporting(f"magnetar {args.command}", lambda: int(args.func(args)))
+    result: int = args.func(args)
     return result
 
 

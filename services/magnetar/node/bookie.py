@@ -9,7 +9,8 @@ deregisters before it stops listening, between the cookie check and storage open
 auto-recovery after it — one ordering the service owns, which also lets tests run a full bookie
 as a ``BookieService`` alone. The HTTP endpoint (probes, metrics) is the process's, so it is here.
 
-Start order: metadata session, bookie service, HTTP endpoint; stop in reverse. A start that fails
+Start order: the data directory's lock (node/data_dir_lock.py: a second bookie on it is refused
+in one line), metadata session, bookie service, HTTP endpoint; stop in reverse. A start that fails
 part-way stops what it had started and re-raises.
 """
 
@@ -23,6 +24,7 @@ from magnetar.bookie.http import BookieHttpServer
 from magnetar.bookie.service import BookieService
 from magnetar.metadata.store import MetadataStore
 from magnetar.metadata.url import open_metadata_store
+from magnetar.node.data_dir_lock import DataDirLock
 from magnetar.node.lifecycle import Node
 from magnetar.node.ports import binding
 
@@ -67,8 +69,10 @@ class BookieNode(Node):
         self.store: MetadataStore | None = None
         self.service: BookieService | None = None
         self.http: BookieHttpServer | None = None
+        self.lock = DataDirLock(data_dir)
 
     async def _start(self) -> None:
+        self.lock.acquire()
         if self.metadata_url:
             self.store = await open_metadata_store(self.metadata_url)
         service = BookieService(
@@ -102,6 +106,7 @@ class BookieNode(Node):
             await self.service.stop()
         if self.store is not None:
             await self.store.close()
+        self.lock.release()
 
     def banner(self) -> str:
         assert self.service is not None

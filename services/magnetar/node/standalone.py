@@ -7,7 +7,8 @@ directly (the Spark data source) can reach it. With token authentication on, tha
 only clients with a valid token of the broker's key (and, when the broker has superusers, only
 theirs), as a cluster's bookies do: otherwise anyone on the host could write ledgers past the
 broker's checks. On first start the tenant ``public`` and the
-namespace ``public/default`` are created, as in Pulsar's standalone.
+namespace ``public/default`` are created, as in Pulsar's standalone. The data directory is locked
+first (node/data_dir_lock.py): a second standalone on it is refused in one line.
 
 Start order: metadata store, bookie (it listens and is ready before any ledger is written),
 default namespace, the broker's listeners, then the broker service. Stop runs in reverse, the
@@ -33,6 +34,7 @@ from magnetar.broker.metrics.registry import BrokerMetrics
 from magnetar.broker.service import BrokerService
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.lmdb_store import LmdbMetadataStore
+from magnetar.node.data_dir_lock import DataDirLock
 from magnetar.node.lifecycle import Node
 from magnetar.node.listeners import BrokerListeners
 from magnetar.node.ports import binding
@@ -48,6 +50,7 @@ class StandaloneConfig:
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     bookie_port: int = 3181
     journal: bool | None = None  # the bookie's journal (bookie/journal.py); None: on unless MAGNETAR_BOOKIE_JOURNAL=0
+    cluster: str = "standalone"  # Pulsar's clusterName: the tenant public's allowed cluster
 
 
 class Standalone(Node):
@@ -57,10 +60,11 @@ class Standalone(Node):
         self.bookie: BookieService | None = None
         self.broker: BrokerService | None = None
         self.listeners: BrokerListeners | None = None
+        self.lock = DataDirLock(config.data_dir)
 
     async def _start(self) -> None:
         data = self.config.data_dir
-        data.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()  # creates the directory
         self.store = await LmdbMetadataStore.open(data / "metadata")
         bookie_registry = CollectorRegistry()
         bookie = BookieService(
@@ -81,6 +85,7 @@ class Standalone(Node):
         ledgers = LedgerManager(self.store, resolver)
         self.broker = BrokerService(self.config.broker, self.store, ledgers, BrokerMetrics())
         self.broker.extra_registries = [bookie_registry]
+        self.broker.cluster = self.config.cluster
         await self._ensure_defaults()
         self.listeners = BrokerListeners(self.broker)
         await self.listeners.start()
@@ -88,7 +93,7 @@ class Standalone(Node):
 
     async def _ensure_defaults(self) -> None:
         assert self.broker is not None
-        await ensure_default_namespace(self.broker.resources, "standalone")
+        await ensure_default_namespace(self.broker.resources, self.config.cluster)
 
     async def stop(self) -> None:
         if self.broker is not None:
@@ -99,6 +104,7 @@ class Standalone(Node):
             await self.bookie.stop()
         if self.store is not None:
             await self.store.close()
+        self.lock.release()
 
 
 def bookie_security(broker: BrokerConfig) -> BookieSecurity:
