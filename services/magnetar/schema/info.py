@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from magnetar.protocol.errors import InvalidCommand
@@ -46,6 +46,9 @@ class SchemaType(enum.IntEnum):
     AUTO = -2
     AUTO_CONSUME = -3
     AUTO_PUBLISH = -4
+
+    # ``SchemaType.AVRO`` as pulsar-client's enum prints (an IntEnum would print ``4``).
+    __str__ = enum.Enum.__str__
 
     @classmethod
     def parse(cls, value: object) -> SchemaType:
@@ -97,7 +100,31 @@ class CompatibilityStrategy(enum.Enum):
 DEFAULT_STRATEGY = CompatibilityStrategy.FULL
 
 
-@dataclass(frozen=True, slots=True)
+class InfoText(str):
+    """A text field of ``SchemaInfo`` that is also pulsar-client's accessor of the same name.
+
+    pulsar-client's ``SchemaInfo`` has methods (``info.schema()``, ``info.name()``), Magnetar's
+    code and programs read attributes (``info.schema``); the value is the text and calling it
+    returns the text, so both spellings work on one object.
+    """
+
+    __slots__ = ()
+
+    def __call__(self) -> str:
+        return str(self)
+
+
+class InfoProperties(dict[str, str]):
+    """``SchemaInfo.properties``: the map, and called (``info.properties()``, pulsar-client's
+    accessor) a copy of it."""
+
+    __slots__ = ()
+
+    def __call__(self) -> dict[str, str]:
+        return dict(self)
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class SchemaInfo:
     """A schema as Pulsar's ``SchemaInfo``: type, name, definition text and properties.
 
@@ -105,16 +132,36 @@ class SchemaInfo:
     JSON for PROTOBUF_NATIVE, ``""`` for the primitive types. Two infos are the same schema (one
     registry version) when type, definition and properties are equal; ``name`` does not count,
     as in Pulsar (whose schema hash covers type, data and properties).
+
+    pulsar-client's accessors work too: ``schema_type()``, ``schema()``, ``name()`` and
+    ``properties()`` (the last three through ``InfoText`` / ``InfoProperties``).
     """
 
     type: SchemaType
-    schema: str = ""
-    name: str = ""
-    properties: Mapping[str, str] = field(default_factory=dict)
+    schema: InfoText
+    name: InfoText
+    properties: InfoProperties
+
+    def __init__(
+        self, type: SchemaType, schema: str = "", name: str = "", properties: Mapping[str, str] | None = None
+    ) -> None:
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "schema", InfoText(schema))
+        object.__setattr__(self, "name", InfoText(name))
+        object.__setattr__(self, "properties", InfoProperties(properties or {}))
+
+    def schema_type(self) -> SchemaType:
+        """pulsar-client's accessor of ``type``."""
+        return self.type
 
     def to_wire(self) -> dict[str, Any]:
         """The ``schema`` map of ``producer``/``subscribe``/``get_schema_response`` (WIRE.md R118)."""
-        return {"type": self.type.name, "name": self.name, "schema": self.schema, "properties": dict(self.properties)}
+        return {
+            "type": self.type.name,
+            "name": str(self.name),
+            "schema": str(self.schema),
+            "properties": dict(self.properties),
+        }
 
     @classmethod
     def from_wire(cls, value: object) -> SchemaInfo:
