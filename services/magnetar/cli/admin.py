@@ -34,6 +34,7 @@ from magnetar.cli.admin_policies import (
 )
 from magnetar.cli.admin_schemas import add_schema_verbs, is_schema_verb, run_schema_verb
 from magnetar.cli.admin_subscriptions import SUBSCRIPTION_ACTIONS, add_subscription_verbs, run_subscription_verb
+from magnetar.cli.user_errors import INTERRUPTED, ORDINARY, describe
 from magnetar.protocol.topic_name import TopicName
 
 DEFAULT_URL = os.environ.get("MAGNETAR_ADMIN_URL", "http://127.0.0.1:8080")
@@ -238,12 +239,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one verb. Every ordinary failure ends here as one ``error: ...`` line and exit code 1:
+    the broker's refusal with its HTTP status, a failure before any answer (admin_http.py), and a
+    bad name or value caught before anything is sent (cli/user_errors.py says which are ordinary)."""
     args = build_parser().parse_args(argv)
-    use_security(security_from_args(args))
     try:
+        use_security(security_from_args(args))
         _out(run(args))
     except AdminError as exc:
-        print(f"error: {exc.reason} (HTTP {exc.status})", file=sys.stderr)
+        status = f" (HTTP {exc.status})" if exc.status else ""
+        print(f"error: {' '.join(exc.reason.split())}{status}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except ORDINARY as exc:
+        print(f"error: {describe(exc)}", file=sys.stderr)
         return 1
     return 0
 

@@ -7,7 +7,9 @@ the asyncio client directly, since a command-line run owns its whole process and
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
 from typing import Any
 
 from magnetar import event_loop
@@ -71,11 +73,20 @@ async def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quiet_client_notes() -> None:
+    """Keep the client's INFO notes (each connection retry) off a shell user's screen unless they
+    asked for a log level: the command's own outcome, or its one-line error, is what they wait for."""
+    if "MAGNETAR_LOG_LEVEL" not in os.environ and not any(a.startswith("--log-level") for a in sys.argv):
+        logging.getLogger("magnetar.client").setLevel(logging.WARNING)
+
+
 def run_produce(args: argparse.Namespace) -> int:
+    _quiet_client_notes()
     return event_loop.run(_produce(args))
 
 
 def run_consume(args: argparse.Namespace) -> int:
+    _quiet_client_notes()
     try:
         return event_loop.run(_consume(args))
     except KeyboardInterrupt:

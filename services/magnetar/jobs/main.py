@@ -17,6 +17,7 @@ the error on stderr and exits 1, with no result line.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import sys
@@ -97,8 +98,63 @@ def run_job(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+def preflight(args: argparse.Namespace) -> None:
+    """Check what can be checked before Spark starts (which takes many seconds): the names given,
+    that the admin URL answers as a broker's admin API, and that a namespace given exists. A
+    mistake here raises an ordinary error (``is_ordinary``) naming it."""
+    from magnetar.jobs.admin_client import AdminClient, AdminError
+    from magnetar.protocol.topic_name import TopicName, check_namespace
+
+    for name in [getattr(args, "topic", None), *(str(getattr(args, "topics", None) or "").split(","))]:
+        if name and name.strip():
+            TopicName.parse(name.strip())
+    namespace = getattr(args, "namespace", None)
+    if namespace:
+        tenant, _, local = str(namespace).partition("/")
+        check_namespace(tenant, local)
+    admin = AdminClient(args.admin_url, timeout=10.0)
+    try:
+        admin.get("/admin/v2/clusters")  # JSON, and open to any role that may call the API at all
+    except (http.client.HTTPException, ConnectionResetError) as exc:
+        raise AdminError(
+            0,
+            f"{args.admin_url} did not answer as an HTTP server ({exc.__class__.__name__}): is it the broker's "
+            "binary port? --admin-url takes the admin (web service) port, e.g. http://localhost:8080",
+        ) from None
+    if namespace:
+        admin.get(f"namespaces/{namespace}")
+
+
+def is_ordinary(exc: BaseException) -> bool:
+    """Whether ``exc`` is a user's or the world's mistake (a refused admin call, a bad name, an
+    unreachable broker, an unreadable file), said in one line; anything else is a bug and keeps its
+    traceback."""
+    from magnetar.jobs.admin_client import AdminError
+    from magnetar.protocol.errors import MagnetarError
+
+    return isinstance(exc, AdminError | MagnetarError | OSError | ValueError)
+
+
+def _one_line(exc: BaseException) -> str:
+    from magnetar.jobs.admin_client import AdminError
+
+    if isinstance(exc, AdminError):
+        text = exc.reason + (f" (HTTP {exc.status})" if exc.status else "")
+    else:
+        text = f"{exc.__class__.__name__}: {exc}"
+    return " ".join(text.split())
+
+
 def execute(args: argparse.Namespace, session: SessionFactory) -> int:
-    """Start a session, run the job, print ``MAGNETAR_RESULT``; 0 on success, 1 on failure."""
+    """Check the arguments, start a session, run the job, print ``MAGNETAR_RESULT``; 0 on success,
+    1 on failure, said in one line on stderr (with a traceback only for what is not ordinary)."""
+    try:
+        preflight(args)
+    except Exception as exc:
+        if not is_ordinary(exc):
+            raise
+        print(f"{args.job}: {_one_line(exc)}", file=sys.stderr, flush=True)
+        return 1
     try:
         spark = session(app_name(args))  # registers the source, with filter pushdown on
     except Exception as exc:
@@ -107,8 +163,9 @@ def execute(args: argparse.Namespace, session: SessionFactory) -> int:
     try:
         doc = run_job(spark, args)
     except Exception as exc:
-        traceback.print_exc()
-        print(f"{args.job} failed: {exc}", file=sys.stderr, flush=True)
+        if not is_ordinary(exc):
+            traceback.print_exc()
+        print(f"{args.job} failed: {_one_line(exc)}", file=sys.stderr, flush=True)
         return 1
     finally:
         spark.stop()
