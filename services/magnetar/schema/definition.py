@@ -80,6 +80,12 @@ class Record(metaclass=RecordMeta):
     def __init__(
         self, default: Any = None, required_default: bool = False, required: bool = False, *args: Any, **kwargs: Any
     ) -> None:
+        if type(self) is Record:
+            # pulsar-client's bare Record has no field table at all, so it refuses to be built.
+            raise AttributeError(
+                "Record is the base of record classes and has no fields: declare a subclass "
+                "(class User(Record): name = String()) and create that"
+            )
         object.__setattr__(self, "_required_default", required_default)
         object.__setattr__(self, "_default", default)
         object.__setattr__(self, "_required", required)
