@@ -204,7 +204,5 @@ def test_token_from_a_file_is_reread(tmp_path: Path, auth_standalone: Standalone
 def test_unsupported_pulsar_providers_are_refused_clearly() -> None:
     with pytest.raises(magnetar.Unsupported, match="OAuth2"):
         magnetar.AuthenticationOauth2('{"issuer_url": "x", "private_key": "y"}')
-    with pytest.raises(magnetar.Unsupported, match="basic"):
-        magnetar.AuthenticationBasic("u", "p")
     with pytest.raises(ValueError, match="'str' or a function"):
         magnetar.AuthenticationToken(42)

@@ -61,6 +61,11 @@ class BrokerConfig:
     broker_client_authentication_parameters: str | None = None
     authentication_refresh_check_seconds: float = 60.0
     authenticate_metrics_endpoint: bool = False
+    # Pulsar's anonymousUserRole: with authentication on, the role of a client that presents no
+    # credentials (authorization then applies that role's grants); None refuses such a client.
+    # basicAuthConf: the htpasswd file of the Basic provider (broker/auth/basic_provider.py).
+    anonymous_user_role: str | None = None
+    basic_auth_conf: str | None = None
     # Authorization (broker/authz/), Pulsar's names: off by default, and only with authentication
     # on. ``super_user_roles`` may do everything; grants are in the namespace policies. With
     # ``authorization_allow_wildcards_matching`` a granted role ``app.*`` / ``*.app`` matches

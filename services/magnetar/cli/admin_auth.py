@@ -15,7 +15,12 @@
   certificate instead (mTLS, an ``https://`` admin URL): the broker's TLS provider takes the role
   from its CN, and no ``Authorization`` header is sent.
 
-The token goes in ``Authorization: Bearer`` on every request; it is never printed.
+- ``--auth-plugin org.apache.pulsar.client.impl.auth.AuthenticationBasic`` (or ``AuthenticationBasic``
+  / ``basic``) with ``--auth-params '{"userId": "...", "password": "..."}'`` (pulsar-admin's; the
+  ``username`` key and ``userId:<name>,password:<secret>`` work too) sends
+  ``Authorization: Basic`` for a broker with the Basic provider.
+
+The token goes in ``Authorization: Bearer`` on every request; credentials are never printed.
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ import os
 import ssl
 from dataclasses import dataclass
 
-from magnetar.client.net.auth import AuthenticationToken, tls_from_params, token_from_params
+from magnetar.client.net.auth import Authentication, basic_from_params, tls_from_params, token_from_params
 from magnetar.client.net.tls import TlsOptions
 
 TOKEN_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationToken", "AuthenticationToken", "token")
 TLS_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationTls", "AuthenticationTls", "tls")
+BASIC_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationBasic", "AuthenticationBasic", "basic")
 ENV_TOKEN = "MAGNETAR_AUTH_TOKEN"
 
 
@@ -37,18 +43,18 @@ ENV_TOKEN = "MAGNETAR_AUTH_TOKEN"
 class HttpSecurity:
     """What every admin request needs: credentials and, for ``https://``, the TLS context."""
 
-    token: AuthenticationToken | None = None
+    token: Authentication | None = None  # the token or Basic credentials (TLS is in ``ssl_context``)
     ssl_context: ssl.SSLContext | None = None
 
     def headers(self) -> dict[str, str]:
-        return {} if self.token is None else {"Authorization": f"Bearer {self.token.token()}"}
+        return {} if self.token is None else self.token.http_headers()
 
 
 def add_auth_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--auth-plugin",
         default=None,
-        help="org.apache.pulsar.client.impl.auth.AuthenticationToken | ...AuthenticationTls",
+        help="org.apache.pulsar.client.impl.auth.AuthenticationToken | ...AuthenticationTls | ...AuthenticationBasic",
     )
     parser.add_argument(
         "--auth-params",
@@ -63,11 +69,12 @@ def add_auth_flags(parser: argparse.ArgumentParser) -> None:
 def security_from_args(args: argparse.Namespace) -> HttpSecurity:
     """The ``HttpSecurity`` the flags (or ``MAGNETAR_AUTH_TOKEN``) ask for; ``SystemExit`` on a bad one."""
     plugin, params = args.auth_plugin, args.auth_params
-    token: AuthenticationToken | None = None
+    token: Authentication | None = None
     certificate: tuple[str, str] | None = None
-    if plugin is not None and plugin not in TOKEN_PLUGINS + TLS_PLUGINS:
+    if plugin is not None and plugin not in TOKEN_PLUGINS + TLS_PLUGINS + BASIC_PLUGINS:
         raise SystemExit(
-            f"magnetar-admin: unsupported --auth-plugin {plugin!r}; use {TOKEN_PLUGINS[0]} or {TLS_PLUGINS[0]}"
+            f"magnetar-admin: unsupported --auth-plugin {plugin!r}; "
+            f"use {TOKEN_PLUGINS[0]}, {TLS_PLUGINS[0]} or {BASIC_PLUGINS[0]}"
         )
     if plugin is not None and not params:
         raise SystemExit(
@@ -81,6 +88,11 @@ def security_from_args(args: argparse.Namespace) -> HttpSecurity:
         certificate = (tls_auth.certificate_path, tls_auth.private_key_path)
         if not str(args.admin_url).startswith("https://"):
             raise SystemExit("magnetar-admin: AuthenticationTls needs an https:// --admin-url")
+    elif plugin in BASIC_PLUGINS:
+        try:
+            token = basic_from_params(str(params))
+        except ValueError as exc:
+            raise SystemExit(f"magnetar-admin: {exc}") from None
     elif params:
         token = token_from_params(params)
     elif os.environ.get(ENV_TOKEN):

@@ -16,7 +16,12 @@ from magnetar.cli.flag_types import flag_bool, flag_names
 
 def add_auth_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--authentication-enabled", type=flag_bool, nargs="?", const=True, default=False)
-    parser.add_argument("--authentication-providers", type=flag_names, default=[], help="token, tls (comma-separated)")
+    parser.add_argument(
+        "--authentication-providers",
+        type=flag_names,
+        default=[],
+        help="token, tls, basic or Pulsar's provider class names (comma-separated)",
+    )
     parser.add_argument("--token-secret-key", default=None, help="file:///path or data:;base64,... (HS256)")
     parser.add_argument("--token-public-key", default=None, help="file:///path or data:;base64,... (RS256/ES256)")
     parser.add_argument("--token-auth-claim", default="sub", help="the claim naming the role")
@@ -26,6 +31,12 @@ def add_auth_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broker-client-authentication-parameters", default=None, help="token:<jwt> or file:///path")
     parser.add_argument("--authentication-refresh-check-seconds", type=float, default=60.0)
     parser.add_argument("--authenticate-metrics-endpoint", type=flag_bool, nargs="?", const=True, default=False)
+    parser.add_argument(
+        "--anonymous-user-role", default=None, help="the role of a client without credentials (default: refused)"
+    )
+    parser.add_argument(
+        "--basic-auth-conf", default=None, help="htpasswd file for the basic provider: path, file:/data: URL or base64"
+    )
     # Authorization (broker/authz/): only with authentication on.
     parser.add_argument("--authorization-enabled", type=flag_bool, nargs="?", const=True, default=False)
     parser.add_argument(
@@ -47,6 +58,8 @@ def auth_settings(args: argparse.Namespace) -> dict[str, Any]:
         "broker_client_authentication_parameters",
         "authentication_refresh_check_seconds",
         "authenticate_metrics_endpoint",
+        "anonymous_user_role",
+        "basic_auth_conf",
         "authorization_enabled",
         "authorization_allow_wildcards_matching",
     )

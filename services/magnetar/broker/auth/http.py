@@ -1,6 +1,9 @@
 """Authentication on the admin REST API: the aiohttp middleware.
 
-With authentication on, every request needs ``Authorization: Bearer <jwt>`` except the probes:
+With authentication on, every request needs credentials: ``Authorization: Bearer <jwt>`` for the
+token provider, ``Authorization: Basic base64(user:password)`` for the Basic provider, or a client
+certificate on HTTPS for the TLS provider. A request without any gets ``anonymousUserRole`` when
+that is set, as Pulsar's AuthenticationService does. Exempt are the probes:
 ``/admin/v2/brokers/health`` (the liveness probe) and ``/ready`` (the readiness probe) answer
 without credentials because Kubernetes' probes carry none and they reveal nothing, and
 ``/metrics`` stays open unless ``authenticateMetricsEndpoint`` is true (Pulsar's default is
@@ -14,12 +17,14 @@ A request forwarded to another broker carries the caller's own ``Authorization``
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from magnetar.broker.auth import tls_provider
+from magnetar.broker.auth import basic_provider, tls_provider
 from magnetar.broker.auth.broker_credentials import CALLER_AUTHORIZATION
 from magnetar.broker.auth.providers import Authentication
 from magnetar.protocol import commands as c
@@ -51,11 +56,16 @@ def auth_middleware(authentication: Authentication | None, authenticate_metrics:
             certificate = tls_provider.peer_certificate(request.transport)
             if certificate.cert:  # else: refused below as any request without credentials
                 return await _certificate_request(authentication, certificate, request, handler)
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return _unauthorized("Authentication required: send Authorization: Bearer <token>")
+        anonymous = authentication.anonymous() if not header else None
+        if anonymous is not None:
+            request[AUTH_ROLE] = anonymous.role
+            reset = CALLER_AUTHORIZATION.set("")
+            try:
+                return await handler(request)
+            finally:
+                CALLER_AUTHORIZATION.reset(reset)
         try:
-            got = authentication.authenticate(c.AUTH_METHOD_TOKEN, token.strip())
+            got = authentication.authenticate(*_credentials(header, authentication))
         except AuthenticationError as exc:
             return _unauthorized(str(exc))
         request[AUTH_ROLE] = got.role
@@ -66,6 +76,28 @@ def auth_middleware(authentication: Authentication | None, authenticate_metrics:
             CALLER_AUTHORIZATION.reset(reset)
 
     return middleware
+
+
+def _credentials(header: str, authentication: Authentication) -> tuple[str, str]:
+    """(method, credentials) of an ``Authorization`` header; ``AuthenticationError`` naming the
+    schemes this broker takes if it has none."""
+    scheme, _, value = header.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() == "bearer" and value:
+        return c.AUTH_METHOD_TOKEN, value
+    if scheme.lower() == "basic" and value:
+        try:
+            return basic_provider.METHOD, base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise AuthenticationError(
+                "Failed to authenticate: the Basic credentials are not base64 of user:password"
+            ) from None
+    schemes = [
+        f"Authorization: {scheme}"
+        for method, scheme in ((c.AUTH_METHOD_TOKEN, "Bearer <token>"), (basic_provider.METHOD, "Basic <credentials>"))
+        if method in authentication.providers
+    ]
+    raise AuthenticationError(f"Authentication required: send {' or '.join(schemes) or 'a client certificate'}")
 
 
 async def _certificate_request(

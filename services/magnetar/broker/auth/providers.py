@@ -1,10 +1,16 @@
 """Authentication providers and the broker's set of them (Pulsar's AuthenticationService).
 
 A provider turns (``auth_method``, ``auth_data``) into a role, or refuses with
-``AuthenticationError``. Two exist, as Pulsar's: the token provider (``token``,
-``AuthenticationProviderToken``) and the TLS provider (``tls``, ``AuthenticationProviderTls``,
-``tls_provider.py``: the role is the verified client certificate's CN). Any other name is
-refused at start-up, so that a configuration asking for it does not silently run without it.
+``AuthenticationError``. Three exist, as Pulsar's: the token provider (``token``,
+``AuthenticationProviderToken``), the TLS provider (``tls``, ``AuthenticationProviderTls``,
+``tls_provider.py``: the role is the verified client certificate's CN) and the Basic provider
+(``basic``, ``AuthenticationProviderBasic``, ``basic_provider.py``: user and password from an
+htpasswd file). Any other name is refused at start-up, so that a configuration asking for it does
+not silently run without it.
+
+``anonymousUserRole``, as Pulsar's ServerCnx: a ``connect`` without credentials, or naming a
+method no provider speaks, gets that role (when it is set) instead of a refusal; credentials for
+a provider that is on are always checked, and a refusal stays a refusal.
 ``authentication_for`` builds the set once per broker (keys are read and decoded then, so a bad
 key stops the broker at start rather than refusing every client later) and caches it on the
 broker object.
@@ -19,6 +25,7 @@ from typing import Protocol
 
 from magnetar.broker.auth import keys
 from magnetar.broker.auth.authenticated import Authenticated
+from magnetar.broker.auth.basic_provider import BASIC_PROVIDER_NAMES, BasicProvider
 from magnetar.broker.auth.tls_provider import TLS_PROVIDER_NAMES, TlsProvider
 from magnetar.broker.auth.tokens import TokenError, TokenVerifier
 from magnetar.broker.config import BrokerConfig
@@ -27,6 +34,8 @@ from magnetar.protocol.errors import AuthenticationError
 
 __all__ = ["Authenticated", "Authentication", "AuthenticationProvider", "TokenProvider", "authentication_for"]
 
+# The method of a connection that got ``anonymousUserRole`` (Pulsar's "none").
+ANONYMOUS_METHOD = "none"
 # Names ``authenticationProviders`` may hold for the token provider.
 TOKEN_PROVIDER_NAMES = ("token", "org.apache.pulsar.broker.authentication.AuthenticationProviderToken")
 
@@ -75,9 +84,15 @@ class TokenProvider:
 class Authentication:
     """The providers of one broker, by method."""
 
-    def __init__(self, providers: list[AuthenticationProvider], refresh_check_seconds: float) -> None:
+    def __init__(
+        self,
+        providers: list[AuthenticationProvider],
+        refresh_check_seconds: float,
+        anonymous_user_role: str | None = None,
+    ) -> None:
         self.providers = {p.method: p for p in providers}
         self.refresh_check_seconds = refresh_check_seconds
+        self.anonymous_user_role = anonymous_user_role or None
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> Authentication | None:
@@ -91,16 +106,25 @@ class Authentication:
                 providers.append(TokenProvider.from_config(config))
             elif name in TLS_PROVIDER_NAMES:
                 providers.append(TlsProvider.from_config(config))
+            elif name in BASIC_PROVIDER_NAMES:
+                providers.append(BasicProvider.from_config(config))
             else:
-                raise ValueError(f"authentication provider {name!r} is not supported (supported: token, tls)")
+                raise ValueError(f"authentication provider {name!r} is not supported (supported: token, tls, basic)")
         if config.authentication_refresh_check_seconds <= 0:
             raise ValueError("authenticationRefreshCheckSeconds must be positive")
-        return cls(providers, config.authentication_refresh_check_seconds)
+        return cls(providers, config.authentication_refresh_check_seconds, config.anonymous_user_role)
+
+    def anonymous(self) -> Authenticated | None:
+        """The anonymous role's authentication, when ``anonymousUserRole`` is set."""
+        role = self.anonymous_user_role
+        return Authenticated(role, ANONYMOUS_METHOD, None) if role is not None else None
 
     def authenticate(self, method: object, data: object) -> Authenticated:
+        provider = self.providers.get(method) if isinstance(method, str) else None
+        if provider is None and (anonymous := self.anonymous()) is not None:
+            return anonymous  # no credentials, or for no provider of this broker: Pulsar's ServerCnx
         if method is None and data is None:
             raise AuthenticationError("Authentication required: no credentials were given")
-        provider = self.providers.get(method) if isinstance(method, str) else None
         if provider is None:
             raise AuthenticationError(
                 f"Authentication method {method!r} is not supported (supported: {', '.join(sorted(self.providers))})"

@@ -13,7 +13,8 @@ API's (``broker/admin/server.py``):
 
 The client must not depend on the server extras (aiohttp), so this is a minimal HTTP/1.1 client
 on asyncio streams: one ``GET`` per connection (``Connection: close``), a JSON answer with a
-``Content-Length``. A token (``AuthenticationToken``) is sent as ``Authorization: Bearer``. Each
+``Content-Length``. Credentials go in the headers the client's authentication gives
+(``Authorization: Bearer`` for a token, ``Authorization: Basic`` for Basic, none for TLS). Each
 host of a multi-host URL is tried in turn, starting from the last that answered.
 """
 
@@ -25,7 +26,7 @@ import ssl
 from typing import Any
 from urllib.parse import quote
 
-from magnetar.client.net.auth import Authentication, AuthenticationToken
+from magnetar.client.net.auth import Authentication
 from magnetar.protocol import commands as cmds
 from magnetar.protocol import errors
 from magnetar.protocol.topic_name import TopicName
@@ -117,9 +118,8 @@ class HttpLookup:
         )
         try:
             headers = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Accept: application/json", "Connection: close"]
-            auth = self._auth
-            if isinstance(auth, AuthenticationToken):
-                headers.append(f"Authorization: Bearer {auth.token()}")
+            if self._auth is not None:
+                headers.extend(f"{name}: {value}" for name, value in self._auth.http_headers().items())
             writer.write(("\r\n".join(headers) + "\r\n\r\n").encode("latin-1"))
             await writer.drain()
             head = await reader.readuntil(b"\r\n\r\n")
