@@ -387,6 +387,34 @@ def _add_journal_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="magnetar", description="Magnetar pub/sub messaging")
+    parser.add_argument("--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    try:
+        _add_server_commands(sub)
+    except ModuleNotFoundError as exc:  # a client-only install: the server commands say what to install
+        if (exc.name or "").partition(".")[0] == "magnetar":
+            raise
+        for name in (*SERVER_COMMANDS, "tokens"):
+            # Every word after the command is taken as it is (no options), so any flags reach the one line.
+            stub = sub.add_parser(name, help="needs pip install 'magnetar[server]'", add_help=False, prefix_chars="\0")
+            stub.add_argument("ignored", nargs="*")
+            stub.set_defaults(missing_module=exc.name)
+
+    try:
+        from magnetar.cli.client_commands import add_client_commands
+        from magnetar.cli.perf import add_perf_commands
+    except ImportError:  # pragma: no cover - only while the client tools are absent
+        pass
+    else:
+        add_client_commands(sub)
+        add_perf_commands(sub)
+    return parser
+
+
+def _add_server_commands(sub: Any) -> None:
+    """standalone, bookie, broker, local-cluster and tokens; every import first, so that a missing
+    server extra adds none of them."""
     from magnetar.cli.auth_flags import add_auth_flags
     from magnetar.cli.bookie_security_flags import add_bookie_server_flags, add_bookkeeper_client_flags
     from magnetar.cli.limit_flags import add_limit_flags
@@ -394,10 +422,6 @@ def build_parser() -> argparse.ArgumentParser:
     from magnetar.cli.schema_flags import add_schema_flags
     from magnetar.cli.scrub_flags import add_scrub_flags
     from magnetar.cli.tokens import add_tokens_command
-
-    parser = argparse.ArgumentParser(prog="magnetar", description="Magnetar pub/sub messaging")
-    parser.add_argument("--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"))
-    sub = parser.add_subparsers(dest="command", required=True)
 
     sa = sub.add_parser("standalone", help="broker + bookie + embedded metadata in one process")
     sa.add_argument("--config", default=None, help="Pulsar's standalone.conf, or YAML (flags win)")
@@ -492,16 +516,6 @@ def build_parser() -> argparse.ArgumentParser:
     lc.set_defaults(func=cmd_local_cluster)
     add_tokens_command(sub)  # magnetar tokens ...: cli/tokens.py
 
-    try:
-        from magnetar.cli.client_commands import add_client_commands
-        from magnetar.cli.perf import add_perf_commands
-    except ImportError:  # pragma: no cover - only while the client tools are absent
-        pass
-    else:
-        add_client_commands(sub)
-        add_perf_commands(sub)
-    return parser
-
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -510,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    missing = getattr(args, "missing_module", None)
+    if missing is not None:
+        return _needs_server_extra(args.command, missing)
     if args.command not in SERVER_COMMANDS:
         from magnetar.cli.user_errors import run_reporting
 
@@ -520,13 +537,17 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] == "magnetar":
             raise
-        print(
-            f"magnetar {args.command} needs the server extra, which is not installed (no module {exc.name!r}): "
-            "pip install 'magnetar[server]'",
-            file=sys.stderr,
-            flush=True,
-        )
-        return 1
+        return _needs_server_extra(args.command, exc.name or "?")
+
+
+def _needs_server_extra(command: str, module: str) -> int:
+    print(
+        f"magnetar {command} needs the server extra, which is not installed (no module {module!r}): "
+        "pip install 'magnetar[server]'",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 1
 
 
 # The commands that run servers: they need the ``server`` extra (LMDB, aiohttp, PyYAML, PyJWT...),
