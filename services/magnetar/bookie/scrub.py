@@ -336,12 +336,13 @@ class Scrubber:
 
 
 def _main(argv: list[str]) -> int:
-    """The child of ``verify_isolated``: walk one data directory, print the report as JSON."""
-    import lmdb
+    """The child of ``verify_isolated``: walk one data directory, print the report as JSON. Every
+    LMDB error that means damage (``lmdb_engine.CORRUPTION``, the storage's own list) says corrupt."""
+    from magnetar.bookie.storage.lmdb_engine import CORRUPTION
 
     try:
         report = verify_directory(argv[0])
-    except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PanicError, lmdb.BadTxnError) as exc:
+    except CORRUPTION as exc:
         print(json.dumps({"corrupt": f"LMDB reported damage walking the B-tree: {exc!r}"}))
         return _CORRUPT_EXIT
     doc = {

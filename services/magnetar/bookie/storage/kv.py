@@ -20,13 +20,19 @@ What an engine must give:
   transient condition): the storage stops serving when it sees one;
 - ``size_bytes()``: what the store occupies on disk (read-only mode counts it).
 
+``KeyValueOpener`` is what opens one (the engine class itself): the storage takes it as a
+parameter, so a test can put a fault-injecting wrapper behind the seam
+(``tests/bookie/test_replay_damage.py``), and it names ``corruption`` before anything is open, so
+that damage found while opening counts as damage too.
+
 ``tests/bookie/test_kv_contract.py`` holds every engine to this.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Literal, Protocol, Self, TypeVar, overload
+from pathlib import Path
+from typing import Any, Literal, Protocol, Self, TypeVar, overload
 
 TableT = TypeVar("TableT")
 TableT_contra = TypeVar("TableT_contra", contravariant=True)
@@ -96,3 +102,11 @@ class KeyValueStorage(Protocol[TableT]):
     def size_bytes(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+class KeyValueOpener(Protocol):
+    """Opens a store in a data directory: an engine class, or a wrapper of one."""
+
+    corruption: tuple[type[BaseException], ...]
+
+    def __call__(self, data_dir: Path, *, map_size: int, sync: bool) -> KeyValueStorage[Any]: ...

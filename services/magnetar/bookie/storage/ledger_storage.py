@@ -48,7 +48,7 @@ from magnetar.bookie.storage.entry_format import (
 )
 from magnetar.bookie.storage.group_commit import GroupCommit
 from magnetar.bookie.storage.journal_overlay import JournalOverlay, journal_default, replay_journal
-from magnetar.bookie.storage.kv import KeyValueStorage
+from magnetar.bookie.storage.kv import KeyValueOpener, KeyValueStorage
 from magnetar.bookie.storage.lmdb_engine import DEFAULT_MAP_SIZE, LmdbEngine
 from magnetar.bookie.storage.read_only import DiskUsage, ReadOnlyMode
 from magnetar.bookie.storage.reads import LedgerReads
@@ -75,6 +75,24 @@ class StorageCorrupt(RuntimeError):
     re-replicates its ledgers from the other bookies meanwhile."""
 
 
+def _refused(directory: Path, env: KeyValueStorage[Any] | None, what: str, exc: BaseException) -> StorageCorrupt:
+    """Damage found while opening: leave ``CORRUPT`` (a restart refuses too), close the store."""
+    reason = f"LMDB reported damage while {what}: {exc!r}"
+    with contextlib.suppress(OSError):
+        (directory / CORRUPT_FILE).write_text(reason + "\n")
+    _close_quietly(env)
+    return StorageCorrupt(
+        f"bookie storage in {directory} was found corrupt ({reason}); it will not serve from it: "
+        "wipe the data directory and start with --reprovision (the other bookies hold the replicas)"
+    )
+
+
+def _close_quietly(env: KeyValueStorage[Any] | None) -> None:
+    if env is not None:
+        with contextlib.suppress(Exception):  # a damaged environment may fail to close cleanly too
+            env.close()
+
+
 class BookieStorage(LedgerReads):
     """Durable entry store of one bookie. Construct on any thread; use from one event loop."""
 
@@ -92,10 +110,14 @@ class BookieStorage(LedgerReads):
         journal: bool | None = None,
         journal_segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         lmdb_interval: float = 0.01,
+        engine: KeyValueOpener | None = None,
     ) -> None:
         """``journal``: acknowledge writes once the journal holds them and bring the store up to
         date behind (``journal_overlay.py``); ``None`` takes ``MAGNETAR_BOOKIE_JOURNAL`` (on unless
-        ``0``). ``lmdb_interval``: how long journaled writes gather before one commit to the store."""
+        ``0``). ``lmdb_interval``: how long journaled writes gather before one commit to the store.
+        ``engine``: what opens the key-value store (``kv.KeyValueOpener``; LMDB unless given).
+        Damage the engine reports while the store opens or the journal replays into it raises
+        ``StorageCorrupt`` and leaves ``CORRUPT``, as damage found later does."""
         self._dir = Path(data_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         corrupt = self._dir / CORRUPT_FILE
@@ -105,15 +127,23 @@ class BookieStorage(LedgerReads):
                 "serve from it: wipe the data directory and start with --reprovision (the other bookies hold "
                 "the replicas)"
             )
-        #: The key-value store beneath (``kv.py``).
-        self._env: KeyValueStorage[Any] = LmdbEngine(self._dir, map_size=map_size, sync=sync)
-        #: The previous process did not close this directory (it crashed or was killed).
-        self.unclean = (self._dir / OPEN_FILE).exists()
-        (self._dir / OPEN_FILE).touch()
-        self._entries = self._env.table(ENTRIES_TABLE)
-        self._ledgers = self._env.table(LEDGERS_TABLE)
-        self._meta = self._env.table(META_TABLE)
-        self.format = open_format(self._env, self._entries, self._ledgers, self._meta)
+        opener: KeyValueOpener = engine if engine is not None else LmdbEngine
+        env: KeyValueStorage[Any] | None = None
+        try:
+            #: The key-value store beneath (``kv.py``).
+            self._env = env = opener(self._dir, map_size=map_size, sync=sync)
+            #: The previous process did not close this directory (it crashed or was killed).
+            self.unclean = (self._dir / OPEN_FILE).exists()
+            (self._dir / OPEN_FILE).touch()
+            self._entries = env.table(ENTRIES_TABLE)
+            self._ledgers = env.table(LEDGERS_TABLE)
+            self._meta = env.table(META_TABLE)
+            self.format = open_format(env, self._entries, self._ledgers, self._meta)
+        except opener.corruption as exc:  # a damaged meta page, or named tables that are not
+            raise _refused(self._dir, env, "opening the store", exc) from exc
+        except BaseException:
+            _close_quietly(env)  # a failed start leaves nothing open: the next attempt can open it
+            raise
         self._writes = KvWrites(self._env, self.format, self._entries, self._ledgers, self._meta)
         #: Called on the loop with ``(ledger, entry)`` (entry -1: the ledger's state) when a read finds damage.
         self.damage_listener: Callable[[int, int], None] | None = None
@@ -153,15 +183,11 @@ class BookieStorage(LedgerReads):
                 segment_bytes=journal_segment_bytes,
                 sync=sync,
             )
-        except self._env.corruption as exc:  # the index is broken: refuse to serve, as a read finding it would
-            reason = f"LMDB reported damage while replaying the journal: {exc!r}"
-            with contextlib.suppress(OSError):
-                (self._dir / CORRUPT_FILE).write_text(reason + "\n")
-            self._env.close()
-            raise StorageCorrupt(
-                f"bookie storage in {self._dir} was found corrupt ({reason}); it will not serve from it: "
-                "wipe the data directory and start with --reprovision (the other bookies hold the replicas)"
-            ) from exc
+        except opener.corruption as exc:  # the index is broken: refuse to serve, as a read finding it would
+            raise _refused(self._dir, env, "replaying the journal", exc) from exc
+        except BaseException:
+            _close_quietly(env)
+            raise
         #: Journal records applied to the store when this storage opened (left by a crash).
         self.replayed = replayed.records
         #: Why journal mode was asked for but this storage runs without it (a full disk at open).

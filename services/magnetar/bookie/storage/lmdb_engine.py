@@ -25,14 +25,30 @@ from magnetar.bookie.storage.verify import VerifyReport, walk
 
 LMDB_DIR = "ledgers"  # the environment's directory inside the bookie's data directory
 DEFAULT_MAP_SIZE = 1 << 40  # 1 TiB of address space; LMDB's file grows only as data is written
-# LMDB errors that mean the file is damaged (not a transient condition): the storage stops serving.
-# MDB_BAD_TXN is among them: it is what a read or write on a damaged page reports here (seen in
-# tests/faults/test_bitflips.py's control run), and a fresh transaction never gets it otherwise.
+# LMDB errors that mean the environment is damaged (not a transient condition): the storage stops
+# serving, and a bookie that meets one while opening or replaying its journal refuses to start.
+# Each comes from pages that are not what LMDB wrote: a page of the wrong type or missing, a
+# B-tree deeper than any LMDB builds (cursor full: a branch page that points back up), a page
+# with less room than its header says (page full), a meta page that is not LMDB's or not of this
+# format version (invalid, version mismatch), a named database's record that no longer says it is
+# one (incompatible), a failed page checksum, a fatal error or a transaction LMDB had to abort
+# (panic, bad txn: what a read or write on a damaged page reports here, seen in
+# tests/faults/test_bitflips.py; a fresh transaction never gets it otherwise), an "unexpected
+# problem" (MDB_PROBLEM). Not damage: limits (map, readers, txn, dbs full), I/O errors and a full
+# disk (DiskError: read-only mode handles those), misuse (bad DBI, bad value size, bad reader
+# slot, invalid parameter, read-only), and not-found / key-exists answers.
 CORRUPTION: tuple[type[BaseException], ...] = (
     lmdb.CorruptedError,
     lmdb.PageNotFoundError,
     lmdb.PanicError,
     lmdb.BadTxnError,
+    lmdb.CursorFullError,
+    lmdb.PageFullError,
+    lmdb.InvalidError,
+    lmdb.VersionMismatchError,
+    lmdb.IncompatibleError,
+    lmdb.BadChecksumError,
+    lmdb.ProblemError,
 )
 
 
