@@ -52,7 +52,8 @@ def test_a_second_exclusive_or_a_shared_producer_is_refused_while_one_holds_the_
 ) -> None:
     with pulsar.Client(standalone.service_url) as client:
         holder = client.create_producer(topic, producer_name="holder", access_mode=Mode.Exclusive)
-        with pytest.raises(pulsar.ProducerBusy, match="existing exclusive producer: holder"):
+        # Current Pulsar brokers answer ProducerFenced to the newcomer (a Shared one gets ProducerBusy).
+        with pytest.raises(pulsar.ProducerFenced, match="existing exclusive producer: holder"):
             client.create_producer(topic, access_mode=Mode.Exclusive)
         with pytest.raises(pulsar.ProducerBusy, match="existing exclusive producer"):
             client.create_producer(topic)  # Shared
@@ -69,7 +70,7 @@ def test_exclusive_is_refused_while_shared_producers_are_on_the_topic(
 ) -> None:
     with pulsar.Client(standalone.service_url) as client:
         shared = client.create_producer(topic)
-        with pytest.raises(pulsar.ProducerBusy, match="existing shared producers"):
+        with pytest.raises(pulsar.ProducerFenced, match="existing shared producers"):
             client.create_producer(topic, access_mode=Mode.Exclusive)
         shared.close()
         client.create_producer(topic, access_mode=Mode.Exclusive).close()
@@ -148,7 +149,7 @@ def test_non_persistent_topics_enforce_access_modes_too(standalone: StandalonePr
     topic = f"non-persistent://public/default/np-access-{uuid.uuid4().hex[:10]}"
     with pulsar.Client(standalone.service_url) as client:
         holder = client.create_producer(topic, access_mode=Mode.Exclusive)
-        with pytest.raises(pulsar.ProducerBusy):
+        with pytest.raises(pulsar.ProducerFenced):
             client.create_producer(topic, access_mode=Mode.Exclusive)
         fencer = client.create_producer(topic, access_mode=Mode.ExclusiveWithFencing)
         with pytest.raises(pulsar.ProducerFenced):
@@ -238,6 +239,25 @@ def test_r102_r104_on_the_wire(standalone: StandaloneProcess, topic: str) -> Non
         assert f"Current epoch: {epoch + 1}, Producer epoch: {epoch}" in stale["message"]
 
 
+def test_a_second_exclusive_producer_is_fenced_but_its_own_stale_registration_is_busy(
+    standalone: StandaloneProcess, topic: str
+) -> None:
+    """A newcomer is refused for good (ProducerFenced, as Pulsar); the holder re-registering under
+    its own name and epoch while its old registration is still there is told to retry
+    (ProducerBusy), since that registration is its own, from a connection the broker has not yet
+    seen drop."""
+    with session(standalone.service_url) as first, session(standalone.service_url) as second:
+        held = first.request(c.producer(topic, 1, "w1", access_mode="Exclusive"))
+        assert held["t"] == c.PRODUCER_SUCCESS
+        epoch = held["topic_epoch"]
+        newcomer = second.request(c.producer(topic, 1, "w2", access_mode="Exclusive"))
+        assert (newcomer["t"], newcomer["code"]) == (c.ERROR, "ProducerFenced")
+        assert "existing exclusive producer: w1" in newcomer["message"]
+        itself = second.request(c.producer(topic, 2, "w1", access_mode="Exclusive", epoch=epoch))
+        assert (itself["t"], itself["code"]) == (c.ERROR, "ProducerBusy")
+        assert publish(first, 1, 0, b"still the holder")["t"] == c.SEND_RECEIPT
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     yield from two_broker_cluster(tmp_path_factory, "access-mode-cluster")
@@ -275,7 +295,7 @@ def test_exclusive_access_and_the_epoch_survive_the_topic_moving_to_another_brok
             holder.send(b"after the move")  # the holder re-registers on the new owner with its epoch
             assert _owner_index(cluster, topic) == 1 - owner
             assert holder.is_connected()
-            with pytest.raises(pulsar.ProducerBusy):
+            with pytest.raises(pulsar.ProducerFenced):
                 client.create_producer(topic, access_mode=Mode.Exclusive)
             with pytest.raises(pulsar.ProducerFenced):
                 first.send(b"still fenced")

@@ -1,7 +1,8 @@
 """Producer access modes and the topic epoch (WIRE.md R102-R104), enforced by the broker as Pulsar does.
 
-A producer asks for ``Shared`` (any number of them), ``Exclusive`` (refused with ``ProducerBusy``
-while any other producer is on the topic), ``WaitForExclusive`` (its creation waits until the
+A producer asks for ``Shared`` (any number of them; refused with ``ProducerBusy`` while the topic is
+held), ``Exclusive`` (refused with ``ProducerFenced``, as current Pulsar brokers answer, while any
+other producer is on the topic), ``WaitForExclusive`` (its creation waits until the
 producers on the topic are gone) or ``ExclusiveWithFencing`` (the producers on the topic are closed
 and fenced, and it takes over). Each grant of exclusive access moves the topic *epoch* on by one and
 answers it to the producer, which presents it again when it reconnects: a producer whose epoch is
@@ -127,10 +128,18 @@ class ProducerAccess:
         self._check_epoch(epoch)
         others = [p for p in self._producers() if p is not producer]
         if mode == EXCLUSIVE:
-            if self.exclusive is not None or self._waiting:
-                raise ProducerBusy(f"Topic has an existing exclusive producer: {self._holder_name()}")
-            if others:
-                raise ProducerBusy("Topic has existing shared producers")
+            held = self.exclusive is not None or bool(self._waiting)
+            if held or others:
+                why = (
+                    f"Topic has an existing exclusive producer: {self._holder_name()}"
+                    if held
+                    else "Topic has existing shared producers"
+                )
+                if epoch is not None and self._only_itself(producer, others):
+                    # Its own registration from the connection it lost, not yet noticed gone: the
+                    # client retries ProducerBusy, and gets the topic back once it is.
+                    raise ProducerBusy(why)
+                raise ProducerFenced(why)
         elif mode == EXCLUSIVE_WITH_FENCING:
             if self.exclusive is not None or others:
                 waiting, self._waiting = list(self._waiting), deque()
@@ -152,6 +161,12 @@ class ProducerAccess:
             log.info("%s: producer %s waits for exclusive access", self.topic, producer.name)
             return await waiter.future
         return await self._grant(producer, epoch)
+
+    def _only_itself(self, producer: ServerProducer, others: Collection[ServerProducer]) -> bool:
+        """Whether everything registered on the topic is ``producer``'s own earlier registration
+        (producer names are unique on a topic, so a holder of its name is itself)."""
+        registered = [*others, *([self.exclusive] if self.exclusive is not None else [])]
+        return bool(registered) and all(p.name == producer.name for p in registered)
 
     def _check_epoch(self, epoch: int | None) -> None:
         if epoch is not None and self.epoch is not None and epoch < self.epoch:
