@@ -67,8 +67,7 @@ Where we differ from Pulsar, on purpose or for now:
 - ``create_producer`` takes pulsar-client's arguments in its order, but batches by default
   (``batching_enabled=True``), turns batching off for ``chunking_enabled=True`` instead of
   refusing the pair; ``access_mode`` is
-  enforced by the broker (``broker.topics.producer_access``), but a second ``Exclusive`` producer gets
-  ``ProducerBusy`` (recent Pulsar brokers answer ``ProducerFenced``), and with
+  enforced by the broker (``broker.topics.producer_access``), and with
   ``lazy_start_partitioned_producers`` partition 0 starts at creation even under
   ``UseSinglePartition`` (``producer.start``);
 - partitions added to a topic are picked up every ``partitions_update_interval`` seconds (a
