@@ -144,9 +144,9 @@ def test_plaintext_client_on_the_tls_port_fails_and_the_broker_serves_others(
     topic = _topic()
     plain = magnetar.Client(f"magnetar://localhost:{_port(tls_url)}", operation_timeout_seconds=2)
     try:
-        with pytest.raises((magnetar.NotConnected, magnetar.Timeout)) as refused:
+        with pytest.raises(magnetar.ConnectError, match="is a TLS port") as refused:
             plain.create_producer(topic)
-        assert "magnetar+ssl://" in str(refused.value) or isinstance(refused.value, magnetar.Timeout)
+        assert "magnetar+ssl://" in str(refused.value)
     finally:
         plain.close()
     assert topic not in _topics(sa)

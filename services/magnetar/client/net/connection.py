@@ -25,6 +25,11 @@ Security (WIRE.md R60-R62, R65-R67): a ``magnetar+ssl://`` URL is dialled with t
 host and port. The client's authentication provider (``auth``) puts credentials in every
 ``connect`` and answers the broker's ``auth_challenge`` with fresh ones, so a rotated token keeps a
 long-lived connection alive.
+
+A wrong port fails at once with ``ConnectError`` and one line saying what answered, instead of
+being retried until the operation timeout: an answer starting with ``HTTP/`` is a web server (the
+admin port), and a connection closed without a byte during the handshake is checked for a TLS
+listener (a TLS handshake is tried on the same port) before it is taken for a broker going away.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from magnetar.client.net.connect_deadline import ConnectFailed
 from magnetar.client.net.tls import TLS_SCHEMES, handshake_error
 from magnetar.protocol import commands as cmds
 from magnetar.protocol.errors import (
+    ConnectError,
     InvalidTopicName,
     MagnetarError,
     NotConnected,
@@ -158,6 +164,7 @@ class Connection:
         self._next_rid = 0
         self._closed_exc: MagnetarError | None = None
         self._heard = True  # something was read since the last keep-alive tick
+        self._answered = False  # the broker sent at least one byte
         self._ping_outstanding = False
         self._keep_alive = keep_alive_interval
         self._keep_alive_handle: asyncio.TimerHandle | None = None
@@ -217,7 +224,11 @@ class Connection:
             answer: cmds.Connected = await conn.request(conn._connect_command(), connect_timeout)
         except NotConnected as exc:
             conn.close()
-            if not tls:  # a TLS listener drops a plaintext hello without a word
+            if not tls and not conn._answered:  # a TLS listener drops a plaintext hello without a word
+                if await _speaks_tls(host, port, connect_timeout):
+                    raise ConnectError(
+                        f"{url} is a TLS port: connect with a magnetar+ssl:// (or pulsar+ssl://) URL or use_tls=True"
+                    ) from exc
                 raise NotConnected(f"{exc} during the handshake (a TLS port needs a magnetar+ssl:// URL)") from exc
             raise
         except BaseException:
@@ -342,13 +353,19 @@ class Connection:
         feed = self._decoder.feed
         dispatch = self._dispatch
         try:
-            while True:
-                data = await read(_READ_SIZE)
-                if not data:
-                    break
+            data = await read(_READ_SIZE)
+            self._answered = bool(data)
+            if data.startswith(b"HTTP/"):  # read as a frame, b"HTTP" is a length of 1213486160
+                exc = ConnectError(
+                    f"{self.url} answered in HTTP: that is a web (admin) port, not a broker's binary port; "
+                    "use the broker service URL (magnetar://host:6650) or an http:// service URL"
+                )
+                return
+            while data:
                 self._heard = True
                 for frame in feed(data):
                     dispatch(frame)
+                data = await read(_READ_SIZE)
         except MagnetarError as err:  # malformed or oversized frame from the broker
             log.error("protocol error on connection to %s: %s", self.url, err)
             exc = NotConnected(f"connection to {self.url} dropped: {err}")
@@ -483,6 +500,26 @@ class Connection:
             await self._writer.wait_closed()
         except OSError:
             pass
+
+
+async def _speaks_tls(host: str, port: int, limit: float) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (any certificate): only asked after a
+    plaintext handshake was dropped without a word, to tell a TLS port from a broker going away."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=context, server_hostname=host), min(limit, 5.0)
+        )
+    except (OSError, TimeoutError, ssl.SSLError):
+        return False
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except (OSError, ssl.SSLError):
+        pass
+    return True
 
 
 def _ignore_outcome(fut: asyncio.Future[Any]) -> None:
