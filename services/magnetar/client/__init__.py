@@ -106,8 +106,9 @@ Where we differ from Pulsar, on purpose or for now:
   ``ServiceInfoProvider`` subclass (``net.service_info``); a failed TLS handshake raises
   ``ConnectError`` and refused credentials ``AuthenticationError`` at once; ``AuthenticationTLS``
   presents a client certificate whose CN is
-  the role (the broker's ``tls`` provider), and ``AuthenticationOauth2`` /
-  ``AuthenticationBasic`` / ``AuthenticationAthenz`` / ``Authentication`` raise ``Unsupported``;
+  the role (the broker's ``tls`` provider), ``AuthenticationBasic`` speaks to the broker's ``basic``
+  provider, ``Authentication(name, params)`` knows the built-in plugins by name and loads no shared
+  library, and ``AuthenticationOauth2`` / ``AuthenticationAthenz`` raise ``Unsupported``;
 - end-to-end encryption uses Magnetar's cipher suite (AES-256-GCM, RSA-OAEP / ECDH+HKDF key
   wrapping) on Pulsar's PEM key files, so entries are not readable by Pulsar clients, and an
   encrypted message is never republished to a dead letter or retry topic (it would go in plaintext);
