@@ -20,6 +20,8 @@ import sys
 from typing import Any
 
 from magnetar.cli.admin_auth import add_auth_flags, security_from_args
+from magnetar.cli.admin_brokers import GROUPS as BROKER_GROUPS
+from magnetar.cli.admin_brokers import add_broker_and_cluster_verbs, run_broker_or_cluster_verb
 from magnetar.cli.admin_compaction import COMPACTION_ACTIONS, add_compaction_verbs, run_compaction_verb
 from magnetar.cli.admin_http import AdminError, request, use_security
 from magnetar.cli.admin_isolation import GROUP as ISOLATION_GROUP
@@ -45,9 +47,13 @@ def _topic_path(name: str) -> str:
 
 
 def _out(value: Any) -> None:
+    """Print an answer as pulsar-admin does: a text as it is, a list of names one a line, and
+    anything else (an object, a list of objects such as ``bookies list``'s) as indented JSON."""
     if value is None:
         return
-    if isinstance(value, list):
+    if isinstance(value, str):
+        print(value)
+    elif isinstance(value, list) and all(isinstance(item, str | int | float) for item in value):
         for item in value:
             print(item)
     else:
@@ -73,6 +79,8 @@ def run(args: argparse.Namespace) -> Any:
         return run_schema_verb(url, args, request)
     if g == ISOLATION_GROUP:  # cli/admin_isolation.py
         return run_isolation_verb(url, args, request)
+    if g in BROKER_GROUPS:  # cli/admin_brokers.py
+        return run_broker_or_cluster_verb(url, args, request)
     if g == "bookies":
         if a == "list":
             return request(url, "GET", "/admin/v2/bookies")
@@ -233,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_retention_verbs(tp, "topic name")
     add_compaction_verbs(n, tp)
     add_isolation_verbs(groups)
+    add_broker_and_cluster_verbs(groups)
     add_permission_verbs(n, tp)
     add_schema_verbs(groups, n)
     return p

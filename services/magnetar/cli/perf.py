@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from collections import deque
@@ -183,8 +185,9 @@ async def run_produce(args: argparse.Namespace) -> dict[str, Any]:
         send = producer.send_async
         append = pending.append
         size = args.size
+        interrupted = _interrupt_event()
         try:
-            while sent < limit and clock() < deadline:
+            while sent < limit and clock() < deadline and not interrupted.is_set():
                 n = int(min(chunk, limit - sent))
                 for _ in range(n):
                     receipt = await send(payload)
@@ -201,6 +204,7 @@ async def run_produce(args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.sleep(0)
             await producer.flush()
         finally:
+            _forget_interrupt()
             stop.set()
             wake.set()
             await collector
@@ -268,7 +272,9 @@ async def run_consume(args: argparse.Namespace) -> dict[str, Any]:
         received = 0
         nbytes = 0
         ack = consumer.acknowledge
-        try:
+
+        async def receive_all() -> None:
+            nonlocal first, received, nbytes
             async with asyncio.timeout(args.time if args.time > 0 else None):
                 async for msg in consumer:
                     if first is None:
@@ -280,9 +286,18 @@ async def run_consume(args: argparse.Namespace) -> dict[str, Any]:
                         stats.messages, stats.bytes = received, nbytes
                     if received >= limit:
                         break
-        except TimeoutError:
-            pass
+
+        interrupted = _interrupt_event()
+        receiving = asyncio.create_task(receive_all())
+        waiting = asyncio.create_task(interrupted.wait())
+        try:
+            await asyncio.wait({receiving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            receiving.cancel()  # Ctrl-C: stop receiving, and still print the summary below
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await receiving
         finally:
+            _forget_interrupt()
+            waiting.cancel()
             reporter.cancel()
         end = clock()
         await consumer.close()
@@ -301,6 +316,24 @@ async def run_consume(args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
     return summary
+
+
+# ---------------------------------------------------------------------------------------- Ctrl-C
+
+
+def _interrupt_event() -> asyncio.Event:
+    """An event Ctrl-C (SIGINT) sets instead of raising ``KeyboardInterrupt``: a benchmark is
+    usually stopped by hand, and, as pulsar-perf, it then still prints (and writes) its summary."""
+    event = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers off the main thread
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, event.set)
+    return event
+
+
+def _forget_interrupt() -> None:
+    """Give Ctrl-C back to its default meaning once the measured part is over."""
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
 
 
 # ---------------------------------------------------------------------------------------- CLI

@@ -1,13 +1,16 @@
-"""``GET|PUT|POST /admin/v2/clusters/{cluster}``: Pulsar's cluster records (``pulsar-admin clusters``).
+"""``/admin/v2/clusters[/{cluster}]``: Pulsar's cluster records (``pulsar-admin clusters``).
 
 Pulsar keeps a ``ClusterData`` per cluster (``serviceUrl``, ``serviceUrlTls``, ``brokerServiceUrl``,
 ``brokerServiceUrlTls``, ...) that tools and geo-replication read. Magnetar keeps them in the
 metadata store under ``/clusters/{cluster}/data``, so every broker serves the same records:
 
+- ``GET /admin/v2/clusters`` lists the clusters: the broker's own and every one with a record;
 - ``GET`` answers the stored record; the broker's own cluster has one even before anyone stored it,
   made of this broker's addresses; any other unknown cluster answers 404;
 - ``PUT`` creates a record (204), 409 if one is stored already, as Pulsar's;
-- ``POST`` replaces a record (204), 404 if there is none (the own cluster always has one).
+- ``POST`` replaces a record (204), 404 if there is none (the own cluster always has one);
+- ``DELETE`` removes a record (204), 404 if there is none; the broker's own cluster is refused with
+  412, as Pulsar refuses a cluster that is still in use.
 
 The body is Pulsar's ``ClusterData`` JSON; the fields Magnetar does not use are stored as given.
 Only URL fields are checked (a string naming a scheme), and a bad body is refused with 400.
@@ -101,6 +104,24 @@ def add_cluster_routes(app: web.Application, service: BrokerService) -> None:
         await service.store.put(cluster_path(cluster), json.dumps(doc).encode(), ANY_VERSION)
         return web.Response(status=204)
 
+    async def list_clusters(_request: web.Request) -> web.StreamResponse:
+        names = {service.cluster}
+        for name in await service.store.children(paths.join("clusters")):
+            if await service.store.get(cluster_path(name)) is not None:
+                names.add(name)
+        return web.json_response(sorted(names))
+
+    async def delete_cluster(request: web.Request) -> web.StreamResponse:
+        cluster = _name(request)
+        if cluster == service.cluster:
+            raise PolicyError(f"Cluster {cluster} is in use: it is the cluster this broker serves", status=412)
+        if await service.store.get(cluster_path(cluster)) is None:
+            raise NotFound(f"Cluster {cluster} does not exist")
+        await service.store.delete(cluster_path(cluster))
+        return web.Response(status=204)
+
+    r.add_get(CLUSTERS_PREFIX, list_clusters)
     r.add_get(base, get_cluster)
     r.add_put(base, create_cluster)
     r.add_post(base, update_cluster)
+    r.add_delete(base, delete_cluster)

@@ -1,7 +1,6 @@
 """REST routes of namespace isolation policies, on Pulsar's admin v2 paths (``pulsar-admin ns-isolation-policy``).
 
-- ``GET /admin/v2/clusters``: the cluster names this broker knows (its own), so a tool such as the
-  operator can find the ``{cluster}`` of the paths below;
+- ``GET /admin/v2/clusters`` (admin/clusters.py) names the ``{cluster}`` of the paths below;
 - ``GET .../clusters/{cluster}/namespaceIsolationPolicies``: every policy, by name;
 - ``GET .../namespaceIsolationPolicies/brokers``: each live broker and the policies naming it;
 - ``GET .../namespaceIsolationPolicies/brokers/{broker}``: one broker's (404 when not live);
@@ -54,9 +53,6 @@ def _shared_entry(broker_id: str) -> dict[str, Any]:
 def add_isolation_routes(app: web.Application, service: BrokerService) -> None:
     """Register the routes; ``.../brokers`` before ``.../{policy}``, which would otherwise take it."""
     r = app.router
-
-    async def clusters(_request: web.Request) -> web.StreamResponse:
-        return web.json_response([service.cluster])
 
     async def list_policies(request: web.Request) -> web.StreamResponse:
         current = await isolation.load(service.store, _cluster(service, request))
@@ -112,7 +108,6 @@ def add_isolation_routes(app: web.Application, service: BrokerService) -> None:
         await isolation.update(service.store, cluster, drop)
         return web.Response(status=204)
 
-    r.add_get(CLUSTERS_PREFIX, clusters)
     r.add_get(BASE, list_policies)
     r.add_get(BASE + "/brokers", brokers)
     r.add_get(BASE + "/brokers/{broker}", broker)

@@ -89,6 +89,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/admin/v2/clusters/{cluster}"): SUPERUSER_ONLY,
     ("PUT", "/admin/v2/clusters/{cluster}"): SUPERUSER_ONLY,
     ("POST", "/admin/v2/clusters/{cluster}"): SUPERUSER_ONLY,
+    ("DELETE", "/admin/v2/clusters/{cluster}"): SUPERUSER_ONLY,
+    # brokers (broker/admin/brokers.py): Pulsar's BrokersBase checks a superuser
+    ("GET", "/admin/v2/brokers"): SUPERUSER_ONLY,
+    ("GET", "/admin/v2/brokers/{cluster}"): SUPERUSER_ONLY,
+    ("GET", "/admin/v2/brokers/leaderBroker"): SUPERUSER_ONLY,
+    ("GET", "/admin/v2/brokers/configuration/runtime"): SUPERUSER_ONLY,
     ("GET", _ISOLATION): SUPERUSER_ONLY,
     ("GET", _ISOLATION + "/brokers"): SUPERUSER_ONLY,
     ("GET", _ISOLATION + "/brokers/{broker}"): SUPERUSER_ONLY,
