@@ -318,7 +318,7 @@ def test_dead_letter_policy_checks_as_pulsar_client():
     from magnetar.client.options import ConsumerDeadLetterPolicy
 
     policy = ConsumerDeadLetterPolicy(3)
-    assert (policy.max_redeliver_count, policy.dead_letter_topic, policy.initial_subscription_name) == (3, None, None)
+    assert (policy.max_redeliver_count, policy.dead_letter_topic, policy.initial_subscription_name) == (3, "", "")
     with pytest.raises(ValueError, match="greater than 0"):
         ConsumerDeadLetterPolicy(0)
 

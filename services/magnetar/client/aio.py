@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 from typing import Any
 
 from magnetar.client.aio_consumers import ConsumerClient
@@ -46,10 +47,17 @@ from magnetar.client.consumer.consumer import Consumer
 from magnetar.client.errors import ProducerQueueIsFull
 from magnetar.client.lifecycle.shutdown import abandon_now
 from magnetar.client.lifecycle.stats import StatsReporter
+from magnetar.client.lifecycle.thread_call import call_in_thread
 from magnetar.client.message import Message
 from magnetar.client.net.auth import Authentication
 from magnetar.client.net.reconnect import Backoff
-from magnetar.client.net.service_info import ServiceInfo, ServiceInfoProvider, as_provider
+from magnetar.client.net.service_info import (
+    ServiceInfo,
+    ServiceInfoProvider,
+    as_provider,
+    initial_service_info,
+    start_provider,
+)
 from magnetar.client.net.service_target import ServiceTarget, TlsSettings
 from magnetar.client.options import (
     BatchingType,
@@ -156,14 +164,16 @@ class Client(ConsumerClient):
         arguments = locals()
         if authentication is not None and not isinstance(authentication, Authentication):
             raise ValueError("authentication must be an Authentication (e.g. AuthenticationToken)")
-        # pulsar-client's client-wide options (config.client); the provider / URL (service_target.py).
-        self._settings = ClientSettings(**CLIENT_OPTIONS.forward(arguments, to=Flavour.CONFIG))
-        self._provider = as_provider(service_url)
+        CLIENT_OPTIONS.check(arguments)  # the TLS arguments' types (config.client)
+        provider = as_provider(service_url)
         info = (
-            self._provider.initial_service_info()
-            if self._provider is not None
+            initial_service_info(provider, authentication, tls_trust_certs_file_path)
+            if provider is not None
             else ServiceInfo(str(service_url), authentication, tls_trust_certs_file_path)
         )
+        # pulsar-client's client-wide options (config.client); the provider / URL (service_target.py).
+        self._settings = ClientSettings(**CLIENT_OPTIONS.forward(arguments, to=Flavour.CONFIG))
+        self._provider = provider
         self._tls_settings = TlsSettings(
             bool(use_tls),
             tls_trust_certs_file_path,
@@ -180,6 +190,7 @@ class Client(ConsumerClient):
         )
         self._pending_info = None  # pushed by the provider, applied on the loop
         self._loop = None
+        self._loop_lock = threading.Lock()  # the provider's thread and the loop's start (aio_lookup)
         self._op_timeout = float(operation_timeout_seconds)
         self._connect_timeout = connection_timeout_ms / 1000.0
         self._max_redirects = max_lookup_redirects
@@ -200,6 +211,8 @@ class Client(ConsumerClient):
         self._writer_schemas = WriterSchemas(self._fetch_schema)
         self._closed = False
         self._sleep = asyncio.sleep  # the wait between attempts (tests swap in a recorder)
+        if provider is not None:  # in the constructor, as the C++ client: its first update applies at once
+            start_provider(provider, self._on_service_info)
         stats = StatsReporter(
             self._settings.stats_interval_in_seconds, lambda: self._producers, lambda: self._consumers
         )
@@ -252,5 +265,5 @@ class Client(ConsumerClient):
         for conn in conns:
             await conn.wait_closed()
         if self._provider is not None:  # stops its watch (a thread of its own for AutoClusterFailover)
-            await asyncio.get_running_loop().run_in_executor(None, self._provider.close)
+            await call_in_thread(self._provider.close, "magnetar-provider-close")
         await self._settings.close()  # the statistics report, the logger option

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ from magnetar.client.net.auth import Authentication
 from magnetar.client.net.connect_deadline import as_connect_error, give_up_at
 from magnetar.client.net.connection import Connection, is_tls_url, normalize_url
 from magnetar.client.net.reconnect import Backoff
-from magnetar.client.net.service_info import ServiceInfo, ServiceInfoProvider
+from magnetar.client.net.service_info import ServiceInfo, ServiceInfoProvider, check_update
 from magnetar.client.net.service_target import ServiceTarget, TlsSettings
 from magnetar.client.partition_updates import PartitionsUpdater
 from magnetar.client.schema_codec import WriterSchemas
@@ -64,6 +65,7 @@ class LookupClient:
     _default_auth: Authentication | None
     _pending_info: ServiceInfo | None  # pushed by the provider, applied on the loop
     _loop: asyncio.AbstractEventLoop | None
+    _loop_lock: threading.Lock  # orders a provider's update against the loop's start
     _op_timeout: float
     _connect_timeout: float
     _max_redirects: int
@@ -94,13 +96,17 @@ class LookupClient:
         return self._target.info
 
     def _on_service_info(self, info: ServiceInfo) -> None:
-        """The provider's update callback; any thread may call it."""
-        if not isinstance(info, ServiceInfo):
-            log.warning("ignoring a service info update that is not a ServiceInfo: %r", info)
-            return
-        self._pending_info = info
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
+        """The provider's update callback; any thread may call it (``ValueError`` for anything but a
+        ``ServiceInfo``). Until the client's loop has started, as from ``initialize`` in the
+        constructor, nothing runs on it yet and the switch is made here and now; after, on the loop."""
+        check_update(info)
+        with self._loop_lock:
+            self._pending_info = info
+            loop = self._loop
+            if loop is None:
+                self._switch_service()
+                return
+        if not loop.is_closed():
             loop.call_soon_threadsafe(self._switch_service)
 
     def _switch_service(self) -> None:
@@ -123,13 +129,12 @@ class LookupClient:
             conn.close()
 
     def _on_loop(self) -> None:
-        """First use on the client's loop: start the statistics and the provider's watch."""
+        """First use on the client's loop: start the statistics; provider updates go to the loop from now on."""
         if self._loop is not None:
             return
-        self._loop = asyncio.get_running_loop()
+        with self._loop_lock:
+            self._loop = asyncio.get_running_loop()
         self._settings.on_loop()
-        if self._provider is not None:
-            self._provider.initialize(self._on_service_info)
 
     @property
     def message_listener_threads(self) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from magnetar.client.aio_lookup import LookupClient
 from magnetar.client.config.option_list import Flavour
-from magnetar.client.config.producer import PRODUCER_OPTIONS
+from magnetar.client.config.producer import PRODUCER_OPTIONS, refuses_batching_with_chunking_async
 from magnetar.client.options import (
     BatchingType,
     CompressionType,
@@ -42,6 +42,7 @@ class ProducerClient(LookupClient):
 
     # ---------------------------------------------------------------- producers
 
+    @refuses_batching_with_chunking_async
     async def create_producer(
         self,
         topic: str,

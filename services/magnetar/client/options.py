@@ -16,6 +16,7 @@ delays of negative acks and ack timeouts can grow with a message's redelivery co
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from enum import Enum
 from typing import Protocol
@@ -41,6 +42,7 @@ __all__ = [
     "RedeliveryBackoff",
     "RegexSubscriptionMode",
     "Result",
+    "check_disjoint",
     "result_of",
 ]
 
@@ -130,11 +132,22 @@ class ConsumerCryptoFailureAction(Enum):
     CONSUME = 2
 
 
+def check_disjoint(ranges: Sequence[tuple[int, int]]) -> None:
+    """``ValueError`` if two of the inclusive hash ranges share a hash."""
+    ordered = sorted(ranges)
+    for (start, end), (next_start, next_end) in itertools.pairwise(ordered):
+        if next_start <= end:
+            raise ValueError(f"Ranges for KeyShared policy overlap: {(start, end)} and {(next_start, next_end)}")
+
+
 class ConsumerKeySharedPolicy:
     """Key_Shared options, as ``pulsar.ConsumerKeySharedPolicy``.
 
     ``sticky_ranges`` are inclusive ``(start, end)`` hash ranges within 0..65535 and are required
-    with ``KeySharedMode.Sticky`` (pulsar-client raises ``ValueError`` without them).
+    with ``KeySharedMode.Sticky`` (pulsar-client raises ``ValueError`` without them). Ranges that
+    overlap are refused here, with ``ValueError``, as pulsar-client's policy refuses them when it is
+    built: a key in two ranges of one consumer is a mistake, which the broker would otherwise
+    report only as a conflict with the consumer itself.
     """
 
     __slots__ = ("_allow_out_of_order_delivery", "_key_shared_mode", "_sticky_ranges")
@@ -154,6 +167,7 @@ class ConsumerKeySharedPolicy:
             if not 0 <= start <= end < 65536:
                 raise ValueError(f"sticky range {(start, end)} must satisfy 0 <= start <= end < 65536")
             ranges.append((start, end))
+        check_disjoint(ranges)
         self._key_shared_mode = key_shared_mode
         self._allow_out_of_order_delivery = bool(allow_out_of_order_delivery)
         self._sticky_ranges = ranges
@@ -201,21 +215,22 @@ class ConsumerDeadLetterPolicy:
         if max_redeliver_count is None or max_redeliver_count < 1:
             raise ValueError("max_redeliver_count must be greater than 0")
         self._max_redeliver_count = int(max_redeliver_count)
-        self._dead_letter_topic = dead_letter_topic or None
-        self._initial_subscription_name = initial_subscription_name or None
+        self._dead_letter_topic = dead_letter_topic or ""
+        self._initial_subscription_name = initial_subscription_name or ""
 
     @property
     def max_redeliver_count(self) -> int:
         return self._max_redeliver_count
 
     @property
-    def dead_letter_topic(self) -> str | None:
-        """The topic given, or None for the default name (pulsar-client returns the default then;
-        it depends on the consumer's topic, so only the consumer can work it out here)."""
+    def dead_letter_topic(self) -> str:
+        """The topic given, or "" for the default name (``{topic}-{subscription}-DLQ``, which
+        depends on the consumer's topic, so the consumer works it out), as pulsar-client's getter."""
         return self._dead_letter_topic
 
     @property
-    def initial_subscription_name(self) -> str | None:
+    def initial_subscription_name(self) -> str:
+        """The subscription to create on the dead letter topic, or "" for none (pulsar-client's getter)."""
         return self._initial_subscription_name
 
     def policy(self) -> ConsumerDeadLetterPolicy:

@@ -19,7 +19,9 @@ internal threads: keep them short and never call blocking client methods from th
 
 from __future__ import annotations
 
+import contextlib
 import re
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +32,7 @@ from magnetar.client.config.arguments import check_service_url
 from magnetar.client.config.client import CLIENT_OPTIONS, DEFAULT_SERVICE_URL
 from magnetar.client.config.consumer import SUBSCRIBE_OPTIONS
 from magnetar.client.config.option_list import Flavour
-from magnetar.client.config.producer import PRODUCER_OPTIONS
+from magnetar.client.config.producer import PRODUCER_OPTIONS, refuses_batching_with_chunking
 from magnetar.client.config.reader import READER_OPTIONS, TABLE_VIEW_OPTIONS
 from magnetar.client.message import Message
 from magnetar.client.net.auth import Authentication
@@ -55,11 +57,26 @@ from magnetar.client.readers.table_view import TableView
 from magnetar.client.sync_consumer import Consumer
 from magnetar.client.sync_producer import Producer
 from magnetar.client.sync_reader import Reader
-from magnetar.protocol.errors import AlreadyClosed
+from magnetar.protocol.errors import AlreadyClosed, MagnetarError
 from magnetar.protocol.message_id import MessageId
 from magnetar.schema.info import SchemaInfo
 
 __all__ = ["Client", "Consumer", "Producer", "Reader"]
+
+
+def _shut_down_unreferenced(lt: LoopThread, client: aio.Client, listeners: ListenerPool) -> None:
+    """``shutdown()`` of a client that was collected without being closed (``weakref.finalize``).
+
+    It runs where the last reference went, usually the application's thread; on the loop thread
+    itself (a collection during a callback) it can only stop the loop, which ends the thread.
+    """
+    if lt.closed:
+        return
+    listeners.stop()
+    if not lt.in_loop_thread():
+        with contextlib.suppress(MagnetarError, OSError, RuntimeError):
+            lt.run(client.shutdown_now())
+    lt.stop()
 
 
 class Client:
@@ -107,6 +124,12 @@ class Client:
         self._closed = False
         # Shared by every message_listener / reader_listener (threads start with the first one).
         self._listeners = ListenerPool(self._lt.loop, client.message_listener_threads)
+        # A client dropped without close() (unreferenced, then collected) is shut down, as
+        # pulsar-client's is when its C++ object is destroyed: its loop thread must not outlive it.
+        # Not at interpreter exit, where daemon threads simply end (a broker that does not answer
+        # must not hold up the exit).
+        self._finalizer = weakref.finalize(self, _shut_down_unreferenced, self._lt, client, self._listeners)
+        self._finalizer.atexit = False
 
     def __enter__(self) -> Client:
         return self
@@ -119,6 +142,7 @@ class Client:
         if not self._closed:  # closing inside the block is fine; a second explicit close() is not
             self.close()
 
+    @refuses_batching_with_chunking
     def create_producer(
         self,
         topic: str,
@@ -154,8 +178,15 @@ class Client:
         """
         arguments = locals()
         PRODUCER_OPTIONS.check(arguments)
-        # The blocking wrapper applies block_if_queue_full itself, before the loop.
-        forwarded = PRODUCER_OPTIONS.forward(arguments, to=Flavour.ASYNCIO, block_if_queue_full=True)
+        # The blocking wrapper applies block_if_queue_full itself, before the loop. Batching given
+        # with chunking was refused above (refuses_batching_with_chunking); a default one gives way
+        # here, since the asyncio call is passed every option and would take it as given.
+        forwarded = PRODUCER_OPTIONS.forward(
+            arguments,
+            to=Flavour.ASYNCIO,
+            block_if_queue_full=True,
+            batching_enabled=False if chunking_enabled is True else batching_enabled,
+        )
         producer = self._lt.run(self._client.create_producer(**forwarded))
         return Producer(self._lt, producer, max_pending_messages, block_if_queue_full)
 

@@ -6,7 +6,8 @@ one daemon thread (``LoopThread``). A blocking call submits a coroutine and wait
 ``receive`` / ``read_next`` wait for a delivery instead (``take``, on the consumer's
 ``blocked_receivers``). Neither may be called from the loop thread itself: a callback that blocked
 there would wait for itself. Closing the client stops the loop and tells every object it made
-(``owned``) that it is closed, so that later calls raise ``AlreadyClosed`` at once.
+(``owned``) that it is closed, so that later calls raise ``AlreadyClosed`` at once, and waits for
+the thread to end: no thread of the client outlives its ``close()``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class LoopThread:
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+        # Stopped (``stop``): the loop's default executor, whose worker threads the standard
+        # library's loop starts for DNS lookups, ends with it, so no thread outlives the client.
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
 
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self._thread

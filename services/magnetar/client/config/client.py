@@ -31,7 +31,8 @@ import asyncio
 from typing import Any, Protocol
 
 from magnetar.client import logger as client_logger
-from magnetar.client.config.option_list import Option, OptionList, Place, extension
+from magnetar.client.config.arguments import of_type, of_type_or_none
+from magnetar.client.config.option_list import Check, Option, OptionList, Place, extension
 from magnetar.client.partition_updates import DEFAULT_PARTITIONS_UPDATE_INTERVAL
 
 __all__ = ["CLIENT_OPTIONS", "DEFAULT_SERVICE_URL", "MAX_LOOKUP_REDIRECTS", "ClientSettings"]
@@ -43,14 +44,20 @@ MAX_LOOKUP_REDIRECTS = 8
 _NO = Place.ABSENT
 
 
-def _option(name: str, default: Any, *, settings: bool = False) -> Option:
+def _option(name: str, default: Any, check: Check | None = None, *, settings: bool = False) -> Option:
     """pulsar-client's option: positional in the blocking flavour, a keyword in the asyncio one;
     ``settings``: also one of ``ClientSettings``'s."""
-    return Option(name, default, asyncio=Place.KEYWORD, config=Place.KEYWORD if settings else _NO)
+    return Option(name, default, check, asyncio=Place.KEYWORD, config=Place.KEYWORD if settings else _NO)
 
 
-# Checked where they are used: the service URL by the blocking facade (``check_service_url``), the
-# client-wide settings by ``ClientSettings``, the rest by the pieces they configure.
+_BOOL = of_type(bool)
+_STR_OR_NONE = of_type_or_none(str)
+
+# The TLS arguments are checked from this list by ``aio.Client`` (``CLIENT_OPTIONS.check``), with
+# pulsar-client's ``_check_type`` and its ``ValueError``: ``use_tls="x"`` is a mistake to report,
+# not a truthy string that turns TLS on. The service URL is checked by the blocking facade
+# (``check_service_url``), the client-wide settings by ``ClientSettings``, the rest by the pieces
+# they configure (the timeouts accept floats: Magnetar's loop timers take them).
 CLIENT_OPTIONS = OptionList(
     "Client",
     [
@@ -62,15 +69,15 @@ CLIENT_OPTIONS = OptionList(
         _option("concurrent_lookup_requests", 50000, settings=True),
         _option("log_conf_file_path", None, settings=True),
         _option("stats_interval_in_seconds", 600, settings=True),
-        _option("use_tls", False),
-        _option("tls_trust_certs_file_path", None),
-        _option("tls_allow_insecure_connection", False),
-        _option("tls_validate_hostname", False),
+        _option("use_tls", False, _BOOL),
+        _option("tls_trust_certs_file_path", None, _STR_OR_NONE),
+        _option("tls_allow_insecure_connection", False, _BOOL),
+        _option("tls_validate_hostname", False, _BOOL),
         _option("logger", None, settings=True),
         _option("connection_timeout_ms", 10000),
         _option("listener_name", None, settings=True),
-        _option("tls_private_key_file_path", None),
-        _option("tls_certificate_file_path", None),
+        _option("tls_private_key_file_path", None, _STR_OR_NONE),
+        _option("tls_certificate_file_path", None, _STR_OR_NONE),
         # ---- beyond pulsar-client
         Option("max_lookup_redirects", MAX_LOOKUP_REDIRECTS, blocking=Place.ABSENT, asyncio=Place.KEYWORD, config=_NO),
         extension("initial_backoff_interval_ms", 100, config=_NO),

@@ -1,8 +1,9 @@
 """Which cluster a client uses: ``ServiceInfo``, ``ServiceInfoProvider``, ``AutoClusterFailover`` (pulsar-client 3.x).
 
-A ``Client`` may be given a ``ServiceInfoProvider`` instead of a service URL. The client asks it
-once for ``initial_service_info()``, then calls ``initialize(on_service_info_update)``; whenever the
-provider calls that function with another ``ServiceInfo`` (from any thread), the client switches:
+A ``Client`` may be given a ``ServiceInfoProvider`` instead of a service URL. The client's
+constructor asks it once for ``initial_service_info()``, then calls
+``initialize(on_service_info_update)``; whenever the provider calls that function with another
+``ServiceInfo`` (from any thread, from ``initialize`` itself included), the client switches:
 later lookups go to the new service URL, with its authentication and trust store, and every open
 connection is closed, so producers and consumers reconnect to the new cluster through their usual
 reconnection (``reconnect.py``). ``client.get_service_info()`` tells which one is in use;
@@ -26,7 +27,15 @@ from typing import Any
 from magnetar.client.net.auth import Authentication
 from magnetar.client.net.connection import is_tls_url, service_urls
 
-__all__ = ["AutoClusterFailover", "ServiceInfo", "ServiceInfoProvider"]
+__all__ = [
+    "AutoClusterFailover",
+    "ServiceInfo",
+    "ServiceInfoProvider",
+    "as_provider",
+    "check_update",
+    "initial_service_info",
+    "start_provider",
+]
 
 
 class ServiceInfo:
@@ -219,6 +228,45 @@ class AutoClusterFailover(ServiceInfoProvider):
             f"check_interval_ms={self.check_interval_ms}, failover_threshold={self.failover_threshold}, "
             f"switch_back_threshold={self.switch_back_threshold})"
         )
+
+
+def initial_service_info(
+    provider: ServiceInfoProvider, authentication: object, tls_trust_certs_file_path: object
+) -> ServiceInfo:
+    """The provider's first ``ServiceInfo``, for a ``Client`` given ``provider`` as its service URL.
+
+    As pulsar-client: the credentials and the trust store of each cluster belong in its
+    ``ServiceInfo``, so the ``Client``'s own ``authentication`` or ``tls_trust_certs_file_path``
+    next to a provider is a ``ValueError`` (which of the two would apply to a switched-to cluster
+    could only be guessed), and so is a provider that answers anything but a ``ServiceInfo``.
+    """
+    if authentication is not None or tls_trust_certs_file_path is not None:
+        raise ValueError(
+            "authentication and tls_trust_certs_file_path cannot be given with a ServiceInfoProvider: "
+            "set them in each ServiceInfo instead"
+        )
+    info = provider.initial_service_info()
+    _check_info(info, "initial_service_info()")
+    return info
+
+
+def start_provider(provider: ServiceInfoProvider, on_update: Callable[[ServiceInfo], None]) -> None:
+    """Call the provider's ``initialize(on_update)``; if it raises, ``close()`` it before raising."""
+    try:
+        provider.initialize(on_update)
+    except BaseException:
+        provider.close()
+        raise
+
+
+def _check_info(info: object, source: str) -> None:
+    if not isinstance(info, ServiceInfo):
+        raise ValueError(f"the ServiceInfoProvider's {source} must give a ServiceInfo, not {type(info).__name__}")
+
+
+def check_update(info: object) -> None:
+    """``ValueError`` for a provider update that is not a ``ServiceInfo`` (raised to the provider)."""
+    _check_info(info, "update")
 
 
 def as_provider(service_url: Any) -> ServiceInfoProvider | None:
