@@ -148,3 +148,12 @@ def test_an_unknown_plugin_is_one_line(secured: Secured) -> None:
         "--auth-plugin", "com.example.NoSuchAuth", "--auth-params", "x:y",
     )  # fmt: skip
     _one_line_failure(done)
+
+
+def test_admin_without_credentials_or_ca_is_one_line(secured: Secured) -> None:
+    base = ["magnetar.cli.admin", "--admin-url", secured.admin_url]
+    no_token = run(*base, "--tls-trust-cert-path", str(secured.pki.ca_cert), "tenants", "list")
+    assert _one_line_failure(no_token).startswith("error: Authentication required")
+    no_ca = run(*base, "--auth-params", f"file://{secured.admin_token}", "tenants", "list")
+    line = _one_line_failure(no_ca)
+    assert line.startswith("error: TLS failure") and "--tls-trust-cert-path" in line
