@@ -173,3 +173,47 @@ def test_dead_letter_policy_getters_give_empty_strings_when_unset() -> None:
     assert (policy.dead_letter_topic, policy.initial_subscription_name) == ("", "")
     given = pulsar.ConsumerDeadLetterPolicy(3, "persistent://public/default/dlq", "keep")
     assert (given.dead_letter_topic, given.initial_subscription_name) == ("persistent://public/default/dlq", "keep")
+
+
+# ----------------------------------------------------------------------------- producers
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+def test_last_sequence_id_follows_custom_sequence_ids(
+    standalone: StandaloneProcess, topic: str, batching: bool
+) -> None:
+    client = pulsar.Client(standalone.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=batching)
+        for sid in (0, 1, 2):
+            producer.send(b"x", sequence_id=sid)
+        assert producer.last_sequence_id() == 2
+        for sid in (1, 2):  # sent again: the broker does not deduplicate by default
+            producer.send(b"x", sequence_id=sid)
+        assert producer.last_sequence_id() == 2
+        producer.send(b"x", sequence_id=7)
+        assert producer.last_sequence_id() == 7
+    finally:
+        client.close()
+
+
+async def test_asyncio_last_sequence_id_follows_custom_sequence_ids(standalone: StandaloneProcess, topic: str) -> None:
+    async with aio.Client(standalone.service_url) as client:
+        producer = await client.create_producer(topic, batching_enabled=False)
+        for sid in (10, 11, 12, 11, 12):
+            await producer.send(b"x", sequence_id=sid)
+        assert producer.last_sequence_id() == 12
+
+
+async def test_a_second_asyncio_close_of_a_producer_raises_already_closed(
+    standalone: StandaloneProcess, topic: str
+) -> None:
+    async with aio.Client(standalone.service_url) as client:
+        producer = await client.create_producer(topic)
+        await producer.send(b"x")
+        await producer.close()
+        with pytest.raises(pulsar.AlreadyClosed):
+            await producer.close()
+        closed_by_client = await client.create_producer(topic)
+    with pytest.raises(pulsar.AlreadyClosed):
+        await closed_by_client.close()

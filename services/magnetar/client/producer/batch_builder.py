@@ -71,8 +71,10 @@ class Batch:
         self.nbytes = 0
         self.count = 0
         self.first_seq = first_seq
-        # The producer's sequence id of the last message: with key-based batching a batch holds
-        # every n-th message, so first_seq + count - 1 is not it.
+        # The sequence id of the last message, as the application sees it: its custom id if it was
+        # sent with one (``last_sequence_id()`` follows those, as Pulsar's does), and with
+        # key-based batching a batch holds every n-th message, so first_seq + count - 1 is not it.
+        # Set as records are added on the special path and when the batch is sealed (``encode``).
         self.last_seq = first_seq
         self.opened_at = opened_at
         self.future = future
@@ -126,6 +128,7 @@ class Batch:
                 meta["seq"] = first
             if last != first + len(records) - 1:
                 meta["hs"] = last
+            self.last_seq = last
         self.records = []  # the payload holds the data now; drop the per-record objects early
         return meta, payload
 

@@ -19,6 +19,7 @@ from magnetar.client.producer.batch_builder import SendCallback, SendReceipt
 from magnetar.client.producer.config import MessageOptions, ProducerConfig, check_content, message_options
 from magnetar.client.producer.partition import PartitionProducer
 from magnetar.client.producer.routing import CustomRouter, RoundRobinRouter, SinglePartitionRouter, make_router
+from magnetar.protocol.errors import AlreadyClosed
 from magnetar.protocol.message_id import MessageId
 
 __all__ = ["MessageOptions", "PartitionProducer", "Producer", "ProducerConfig", "check_content", "message_options"]
@@ -239,7 +240,10 @@ class Producer:
         await asyncio.gather(*(p.flush() for p in self._parts))
 
     async def close(self) -> None:
-        """Flush, then close the producer on the broker."""
+        """Flush, then close the producer on the broker; ``AlreadyClosed`` if it was closed before
+        (by ``close()`` or its client's), as pulsar-client's asyncio producer raises."""
+        if self._closing:
+            raise AlreadyClosed("producer is already closed")
         self._closing = True  # also stops taking in added partitions
         await asyncio.gather(*(p.close() for p in self._parts))
 

@@ -41,8 +41,9 @@ class Receipts(PartitionProducerState):
             inflight.popleft()
             self._last_refusal = None
             if head.first_seq == seq:
-                last = head.first_seq + head.count - 1
-                self.last_sequence_id = last if head.last_seq < last else head.last_seq
+                # The last message's id as sent, custom ids included: after custom ids 0, 1, 2 and
+                # 1, 2 again it is 2, as in Pulsar, while the frames' own counter goes on to 4.
+                self.last_sequence_id = head.last_seq
                 self._complete(head, None, ledger, entry)
                 return
             # Receipts come in seq order, so an older batch without one was lost by the broker.

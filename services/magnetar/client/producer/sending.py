@@ -218,6 +218,8 @@ class Sending(PartitionProducerState):
             chunks = split_payload(meta, payload, self._max_message_size, uuid)
             batches = list(make_chunk_batches(chunks, seq, now, self._loop))
             receipt = ChunkedSendReceipt(batches[-1], -1)
+        for batch in batches:  # the message's own id, custom or not (``last_sequence_id()``)
+            batch.last_seq = seq if sequence_id is None else sequence_id
         if callback is not None:
             batches[-1].add_callback(-1, callback)
         self.pending += 1
