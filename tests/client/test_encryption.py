@@ -87,7 +87,7 @@ def test_a_consumer_with_the_private_key_reads_what_an_encrypting_producer_sent(
     ctx = got[0].encryption_context()
     assert ctx is not None
     assert [k.key for k in ctx.keys()] == [f"{kind}-key"]
-    assert ctx.algorithm() == "AES-256-GCM"
+    assert ctx.algorithm() == ""  # the default suite, as Pulsar's
     assert ctx.compression_type() == magnetar.CompressionType.LZ4
     assert ctx.uncompressed_message_size() > 0
     assert len(ctx.param()) == 12

@@ -163,7 +163,10 @@ class EncryptionContext:
     def __init__(self, meta: EntryMeta | dict[str, Any], decryption_failed: bool = False) -> None:
         self._keys = [EncryptionKey(str(k[0]), bytes(k[1]), dict(k[2] or {})) for k in meta[META_ENCRYPTION_KEYS]]
         self._param = bytes(meta.get(META_ENCRYPTION_PARAM, b""))
-        self._algorithm = str(meta.get(META_ENCRYPTION_ALGORITHM, ALGORITHM))
+        algorithm = str(meta.get(META_ENCRYPTION_ALGORITHM, ALGORITHM))
+        # Pulsar's metadata names an algorithm only when it is not the default suite, and its
+        # ``algorithm()`` is then "": programs that compare it to "" must see the same here.
+        self._algorithm = "" if algorithm == ALGORITHM else algorithm
         self._compression = CompressionType(int(meta.get("comp", 0)))
         self._usize = int(meta.get("usize", 0)) if self._compression != CompressionType.NONE else 0
         sent: Any = meta.get(META_SENT_BATCH_SIZE)
@@ -178,6 +181,7 @@ class EncryptionContext:
         return self._param
 
     def algorithm(self) -> str:
+        """The entry's algorithm, or "" for the default suite (``ALGORITHM``), as Pulsar's."""
         return self._algorithm
 
     def compression_type(self) -> CompressionType:
