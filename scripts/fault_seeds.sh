@@ -15,7 +15,8 @@
 #   -o DIR         where each seed's junit XML and output go (default: a new temporary directory)
 #   TEST_PATH      default tests/faults/test_bitflips.py
 # Example (niced, in the background): nice -n 19 scripts/fault_seeds.sh -n 200 >seeds.log 2>&1 &
-# Prints one line per seed and test as it goes, then the counts and the failure classes.
+# Prints one line per seed and test as it goes, then the counts, the failure classes and how often
+# each scenario ended each way (the "outcome" the scenarios record, e.g. refused / repaired).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -37,6 +38,8 @@ paths=("$@")
 [[ ${#paths[@]} -gt 0 ]] || paths=(tests/faults/test_bitflips.py)
 out=${out:-$(mktemp -d -t fault-seeds.XXXXXX)}
 mkdir -p "$out"
+# The scenarios' figures (tests/faults/nemesis.py record), such as each run's outcome, for the summary.
+export FAULTS_REPORT=${FAULTS_REPORT:-$out/figures.jsonl}
 
 if [[ -n $first ]]; then
   seeds=$(seq "$first" $((first + count - 1)))

@@ -7,6 +7,8 @@ replaced by ``N``, so that runs failing the same way count together and a new wa
 from __future__ import annotations
 
 import collections
+import contextlib
+import json
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -56,6 +58,16 @@ def summary(directory: Path) -> None:
             print(f"  {name}: {why!r} x{len(seeds)} seeds {','.join(seeds[:20])}")
     else:
         print("no failures")
+    figures = directory / "figures.jsonl"
+    if figures.exists():
+        ends: collections.Counter[tuple[str, str]] = collections.Counter()
+        for raw in figures.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                doc = json.loads(raw)
+                if "outcome" in doc:
+                    ends[(str(doc.get("scenario")), str(doc["outcome"]))] += 1
+        for (scenario, outcome), n in sorted(ends.items()):
+            print(f"outcome {scenario}: {outcome} x{n}")
 
 
 if __name__ == "__main__":
