@@ -23,7 +23,7 @@ from magnetar.cli.admin_auth import add_auth_flags, security_from_args
 from magnetar.cli.admin_brokers import GROUPS as BROKER_GROUPS
 from magnetar.cli.admin_brokers import add_broker_and_cluster_verbs, run_broker_or_cluster_verb
 from magnetar.cli.admin_compaction import COMPACTION_ACTIONS, add_compaction_verbs, run_compaction_verb
-from magnetar.cli.admin_http import AdminError, request, use_security
+from magnetar.cli.admin_http import AdminError, PlainText, request, use_security
 from magnetar.cli.admin_isolation import GROUP as ISOLATION_GROUP
 from magnetar.cli.admin_isolation import add_isolation_verbs, run_isolation_verb
 from magnetar.cli.admin_permissions import add_permission_verbs, is_permission_verb, run_permission_verb
@@ -47,11 +47,12 @@ def _topic_path(name: str) -> str:
 
 
 def _out(value: Any) -> None:
-    """Print an answer as pulsar-admin does: a text as it is, a list of names one a line, and
-    anything else (an object, a list of objects such as ``bookies list``'s) as indented JSON."""
+    """Print an answer as pulsar-admin does: a plain text as it is, a list of names one a line, and
+    anything else (an object, a list of objects such as ``bookies list``'s, a JSON string such as an
+    enum's value) as indented JSON."""
     if value is None:
         return
-    if isinstance(value, str):
+    if isinstance(value, PlainText):
         print(value)
     elif isinstance(value, list) and all(isinstance(item, str | int | float) for item in value):
         for item in value:

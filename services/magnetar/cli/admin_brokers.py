@@ -17,7 +17,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from magnetar.cli.admin_http import request_raw
+from magnetar.cli.admin_http import PlainText, request_raw
 
 Request = Callable[..., Any]
 
@@ -113,7 +113,7 @@ def run_broker_or_cluster_verb(url: str, args: argparse.Namespace, request: Requ
             return request(url, "GET", "/admin/v2/brokers/configuration/runtime")
         if a == "healthcheck":
             _, body = request_raw(url, "GET", "/admin/v2/brokers/health")
-            return body.decode(errors="replace").strip() or "ok"
+            return PlainText(body.decode(errors="replace").strip() or "ok")
     if a == "list":
         clusters = list(request(url, "GET", "/admin/v2/clusters") or [])
         if not args.current:

@@ -26,6 +26,11 @@ from magnetar.cli.admin_auth import HttpSecurity
 _security = HttpSecurity()
 
 
+class PlainText(str):
+    """An answer pulsar-admin prints as it is (``brokers healthcheck``'s ``ok``), where any other
+    text answer is a JSON value (an enum such as a subscription auth mode) and printed as JSON."""
+
+
 class AdminError(Exception):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(f"{status}: {reason}")
