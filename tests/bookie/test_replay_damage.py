@@ -226,3 +226,24 @@ async def test_damage_met_bringing_journaled_writes_into_the_store_fails_the_sto
         await storage.close()
     with pytest.raises(StorageCorrupt):
         BookieStorage(tmp_path, journal=True)
+
+
+async def test_a_key_of_the_wrong_size_in_a_listing_is_damage(tmp_path: Path) -> None:
+    """A damaged leaf page header LMDB does not notice can hand back a key of the wrong size
+    (found over many seeds of tests/faults/test_bitflips.py: the scrubber's listing failed on it
+    at every pass, so the bookie neither repaired nor left). It fails the storage as damage."""
+    storage = BookieStorage(tmp_path, journal=False)
+    await storage.add(1, 0, *entry(b"stored"), lac=-1)
+    await storage.close()
+    env = lmdb.open(str(tmp_path / "ledgers"), max_dbs=3, subdir=True)
+    with env.begin(write=True) as txn:
+        txn.put(b"\x00" * 7 + b"\x01" + b"\x00" * 6 + b"\x05", b"x", db=env.open_db(b"entries", txn=txn))  # 15 bytes
+    env.close()
+    storage = BookieStorage(tmp_path, journal=False)
+    try:
+        with pytest.raises(PersistenceError, match="bookie storage is corrupt"):
+            storage.entry_ids(1)
+        assert storage.failed is not None
+        assert (tmp_path / CORRUPT_FILE).exists()
+    finally:
+        await storage.close()

@@ -13,6 +13,7 @@ storage's store, tables, overlay and failure handling, declared below.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from magnetar.bookie.metrics import BoundBookieMetrics
@@ -183,14 +184,25 @@ class LedgerReads:
         """Ids of every ledger with state on this bookie (for garbage collection and audits)."""
         self._check_open()
         viewed = dict(self._view)
-        with self._env.begin() as txn:
-            cursor = txn.cursor(db=self._ledgers)
-            stored = [LEDGER_KEY.unpack(k)[0] for k in cursor.iternext(keys=True, values=False)]
+        try:
+            with self._env.begin() as txn:
+                cursor = txn.cursor(db=self._ledgers)
+                stored = [LEDGER_KEY.unpack(k)[0] for k in cursor.iternext(keys=True, values=False)]
+        except self._listing_damage as exc:  # a key of the wrong size: as below
+            raise self._lmdb_failed(exc, "the listing of ledgers") from exc
         if not viewed:
             return stored
         found = {ledger for ledger in stored if ledger not in viewed}
         found.update(ledger for ledger, (st, _) in viewed.items() if st is not None)
         return sorted(found)
+
+    @property
+    def _listing_damage(self) -> tuple[type[BaseException], ...]:
+        """What a listing of keys takes as damage: the engine's damage errors, and a key of the
+        wrong size (``struct.error``), which LMDB hands back from a page whose header was damaged
+        without noticing it: every key of these tables has one size."""
+        damage: tuple[type[BaseException], ...] = (*self._env.corruption, struct.error)
+        return damage
 
     def entry_ids(self, ledger: int, first: int = 0, last: int = U64_MAX) -> list[int]:
         """The entry ids stored for ``ledger`` in ``first..last`` (the scrubber compares them with
@@ -209,7 +221,7 @@ class LedgerReads:
                         if led != ledger or ent > last:
                             break
                         out.append(int(ent))
-        except self._env.corruption as exc:
+        except self._listing_damage as exc:
             raise self._lmdb_failed(exc, f"a listing of ledger {ledger}") from exc
         if overlay:
             return sorted(set(out).union(overlay))
