@@ -247,3 +247,23 @@ async def test_a_key_of_the_wrong_size_in_a_listing_is_damage(tmp_path: Path) ->
         assert (tmp_path / CORRUPT_FILE).exists()
     finally:
         await storage.close()
+
+
+async def test_a_key_of_the_wrong_size_met_by_last_entry_is_damage(tmp_path: Path) -> None:
+    """Recovery asks a bookie for a ledger's last entry; a key of the wrong size there is the same
+    damage as in a listing, not a ``struct.error`` escaping to the request."""
+    storage = BookieStorage(tmp_path, journal=False)
+    await storage.add(1, 0, *entry(b"stored"), lac=-1)
+    await storage.close()
+    env = lmdb.open(str(tmp_path / "ledgers"), max_dbs=3, subdir=True)
+    with env.begin(write=True) as txn:  # after ledger 1's entries, before ledger 2's: what last_entry(1) meets
+        txn.put(b"\x00" * 7 + b"\x01" + b"\x00" * 6 + b"\x05", b"x", db=env.open_db(b"entries", txn=txn))
+    env.close()
+    storage = BookieStorage(tmp_path, journal=False)
+    try:
+        with pytest.raises(PersistenceError, match="bookie storage is corrupt"):
+            await storage.last_entry(1)
+        assert storage.failed is not None
+        assert (tmp_path / CORRUPT_FILE).exists()
+    finally:
+        await storage.close()

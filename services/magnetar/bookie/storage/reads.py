@@ -170,14 +170,17 @@ class LedgerReads:
                 raise NoSuchLedger(f"ledger {ledger} is not on this bookie")
             if ledger in self._deleting:
                 return overlay
-            cursor = txn.cursor(db=self._entries)
-            if ledger < U64_MAX and cursor.set_range(ENTRY_KEY.pack(ledger + 1, 0)):
-                found = cursor.prev()
-            else:
-                found = cursor.last()
-            if not found:
-                return overlay
-            led, ent = ENTRY_KEY.unpack(cursor.key())
+            try:
+                cursor = txn.cursor(db=self._entries)
+                if ledger < U64_MAX and cursor.set_range(ENTRY_KEY.pack(ledger + 1, 0)):
+                    found = cursor.prev()
+                else:
+                    found = cursor.last()
+                if not found:
+                    return overlay
+                led, ent = ENTRY_KEY.unpack(cursor.key())
+            except self._listing_damage as exc:  # a key of the wrong size, as in a listing
+                raise self._lmdb_failed(exc, f"the last entry of ledger {ledger}") from exc
         return max(int(ent), overlay) if led == ledger else overlay
 
     async def ledgers(self) -> list[int]:
