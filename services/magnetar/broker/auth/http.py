@@ -58,22 +58,12 @@ def auth_middleware(authentication: Authentication | None, authenticate_metrics:
                 return await _certificate_request(authentication, certificate, request, handler)
         anonymous = authentication.anonymous() if not header else None
         if anonymous is not None:
-            request[AUTH_ROLE] = anonymous.role
-            reset = CALLER_AUTHORIZATION.set("")
-            try:
-                return await handler(request)
-            finally:
-                CALLER_AUTHORIZATION.reset(reset)
+            return await _serve_as(anonymous.role, "", request, handler)
         try:
             got = authentication.authenticate(*_credentials(header, authentication))
         except AuthenticationError as exc:
             return _unauthorized(str(exc))
-        request[AUTH_ROLE] = got.role
-        reset = CALLER_AUTHORIZATION.set(header)
-        try:
-            return await handler(request)
-        finally:
-            CALLER_AUTHORIZATION.reset(reset)
+        return await _serve_as(got.role, header, request, handler)
 
     return middleware
 
@@ -110,8 +100,15 @@ async def _certificate_request(
         got = authentication.authenticate(tls_provider.METHOD, certificate)
     except AuthenticationError as exc:
         return _unauthorized(str(exc))
-    request[AUTH_ROLE] = got.role
-    reset = CALLER_AUTHORIZATION.set("")
+    return await _serve_as(got.role, "", request, handler)
+
+
+async def _serve_as(role: str, forwarded: str, request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Run ``handler`` as ``role``, with ``forwarded`` as the ``Authorization`` a forwarded call
+    carries on to another broker ("" for none: the anonymous role and a certificate have nothing
+    to pass on)."""
+    request[AUTH_ROLE] = role
+    reset = CALLER_AUTHORIZATION.set(forwarded)
     try:
         return await handler(request)
     finally:

@@ -263,23 +263,28 @@ def builtin_plugin(name: str, params: str) -> Authentication | None:
     return None
 
 
-def basic_from_params(params: str) -> AuthenticationBasic:
-    """Basic credentials from pulsar-client's JSON ``{"username": ..., "password": ..., "method": ...}``;
-    the Java client's ``userId`` key and its ``userId:<name>,password:<secret>`` form are accepted too."""
+def _param_fields(params: str, plugin: str, *, strip_values: bool) -> dict[str, str]:
+    """A plugin's parameter string as its fields: a JSON object, or Pulsar's ``key:value,key:value``
+    form (a value may itself hold ``:``, a path or a password; a password keeps its spaces)."""
     params = params.strip()
-    fields: dict[str, str] = {}
     if params.startswith("{"):
         try:
             doc = json.loads(params)
         except ValueError as exc:
-            raise ValueError(f"basic auth params are not valid JSON: {exc}") from None
-        if isinstance(doc, dict):
-            fields = {str(k): str(v) for k, v in doc.items()}
-    else:
-        for part in params.split(","):
-            name, sep, value = part.partition(":")
-            if sep:
-                fields[name.strip()] = value
+            raise ValueError(f"{plugin} auth params are not valid JSON: {exc}") from None
+        return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+    fields: dict[str, str] = {}
+    for part in params.split(","):
+        name, sep, value = part.partition(":")
+        if sep:
+            fields[name.strip()] = value.strip() if strip_values else value
+    return fields
+
+
+def basic_from_params(params: str) -> AuthenticationBasic:
+    """Basic credentials from pulsar-client's JSON ``{"username": ..., "password": ..., "method": ...}``;
+    the Java client's ``userId`` key and its ``userId:<name>,password:<secret>`` form are accepted too."""
+    fields = _param_fields(params, "basic", strip_values=False)
     username = fields.get("username", fields.get("userId"))
     if username is None:
         raise ValueError("No username provided for basic provider")
@@ -328,17 +333,7 @@ def token_from_params(params: str) -> AuthenticationToken:
 def tls_from_params(params: str) -> AuthenticationTLS:
     """Pulsar's ``--auth-params`` for AuthenticationTls: ``tlsCertFile:/path,tlsKeyFile:/path`` or
     the JSON ``{"tlsCertFile": "...", "tlsKeyFile": "..."}``."""
-    params = params.strip()
-    fields: dict[str, str] = {}
-    if params.startswith("{"):
-        doc = json.loads(params)
-        if isinstance(doc, dict):
-            fields = {str(k): str(v) for k, v in doc.items()}
-    else:
-        for part in params.split(","):
-            name, sep, value = part.partition(":")
-            if sep:
-                fields[name.strip()] = value.strip()
+    fields = _param_fields(params, "TLS", strip_values=True)
     cert, key = fields.get("tlsCertFile"), fields.get("tlsKeyFile")
     if not cert or not key:
         raise ValueError("TLS auth params need tlsCertFile:<path>,tlsKeyFile:<path>")
