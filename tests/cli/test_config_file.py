@@ -61,12 +61,12 @@ def test_journal_enabled_sets_the_bookie_journal(tmp_path: Path) -> None:
 
 def test_ledger_roll_over_settings_reach_the_managed_ledger_config(tmp_path: Path) -> None:
     """Pulsar's two roll-over keys: the entry limit, and the minimum age in minutes (10 by default)."""
-    from magnetar.cli.main import _policy_check_settings
+    from magnetar.cli.broker_flags import policy_check_settings
 
-    default = _policy_check_settings(build_parser().parse_args(["broker"]))["managed_ledger"]
+    default = policy_check_settings(build_parser().parse_args(["broker"]))["managed_ledger"]
     assert (default.max_entries_per_ledger, default.min_ledger_seconds) == (50_000, 600.0)
     text = "managedLedgerMaxEntriesPerLedger: 100\nmanagedLedgerMinLedgerRolloverTimeMinutes: '0.5'\n"
-    config = _policy_check_settings(_args(tmp_path, text, "broker"))["managed_ledger"]
+    config = policy_check_settings(_args(tmp_path, text, "broker"))["managed_ledger"]
     assert (config.max_entries_per_ledger, config.min_ledger_seconds) == (100, 30.0)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from magnetar import event_loop
+from magnetar.cli import broker_flags
 from magnetar.cli.flag_types import flag_bool, flag_optional_port
 
 DEFAULT_DATA_DIR = os.environ.get("MAGNETAR_DATA_DIR", "data/standalone")
@@ -97,120 +98,6 @@ def _exit_on_session_loss(role: str) -> Callable[[], None]:
     return exit_now
 
 
-def _add_policy_check_flags(parser: argparse.ArgumentParser) -> None:
-    """How often the broker applies message TTL, retention and backlog quotas, and how large and
-    how old a ledger grows before roll-over (Pulsar's broker.conf names, in their units)."""
-    parser.add_argument("--message-expiry-check-interval-minutes", type=float, default=5.0)
-    parser.add_argument("--retention-check-interval-seconds", type=float, default=120.0)
-    parser.add_argument("--backlog-quota-check-interval-seconds", type=float, default=60.0)
-    parser.add_argument("--managed-ledger-max-entries-per-ledger", type=int, default=50_000)
-    parser.add_argument("--managed-ledger-min-ledger-rollover-time-minutes", type=float, default=10.0)
-
-
-def _policy_check_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """``BrokerConfig`` keyword arguments from the flags of ``_add_policy_check_flags``."""
-    from magnetar.managed_ledger import ManagedLedgerConfig
-
-    return {
-        "message_expiry_check_interval_minutes": args.message_expiry_check_interval_minutes,
-        "retention_check_interval_seconds": args.retention_check_interval_seconds,
-        "backlog_quota_check_interval_seconds": args.backlog_quota_check_interval_seconds,
-        "managed_ledger": ManagedLedgerConfig(
-            max_entries_per_ledger=args.managed_ledger_max_entries_per_ledger,
-            min_ledger_seconds=args.managed_ledger_min_ledger_rollover_time_minutes * 60.0,
-        ),
-    }
-
-
-def _add_dedup_flags(parser: argparse.ArgumentParser) -> None:
-    """Pulsar's brokerDeduplication* settings (broker/topics/dedup.py)."""
-    parser.add_argument("--broker-deduplication-enabled", type=flag_bool, nargs="?", const=True, default=False)
-    parser.add_argument("--broker-deduplication-entries-interval", type=int, default=1000)
-    parser.add_argument("--broker-deduplication-snapshot-interval-seconds", type=int, default=120)
-    parser.add_argument("--broker-deduplication-max-number-of-producers", type=int, default=10000)
-    parser.add_argument("--broker-deduplication-producer-inactivity-timeout-minutes", type=int, default=360)
-
-
-def _dedup_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """``BrokerConfig`` keyword arguments from the flags of ``_add_dedup_flags``."""
-    names = (
-        "broker_deduplication_enabled",
-        "broker_deduplication_entries_interval",
-        "broker_deduplication_snapshot_interval_seconds",
-        "broker_deduplication_max_number_of_producers",
-        "broker_deduplication_producer_inactivity_timeout_minutes",
-    )
-    return {name: getattr(args, name) for name in names}
-
-
-def _add_tls_flags(parser: argparse.ArgumentParser) -> None:
-    """TLS listeners and files, Pulsar's broker.conf names in flag form (node/tls.py)."""
-    parser.add_argument(
-        "--broker-service-port-tls", type=flag_optional_port, default=None, help="TLS binary port (0: any)"
-    )
-    parser.add_argument(
-        "--web-service-port-tls", type=flag_optional_port, default=None, help="HTTPS admin port (0: any)"
-    )
-    parser.add_argument("--tls-certificate-file-path", default=None)
-    parser.add_argument("--tls-key-file-path", default=None)
-    parser.add_argument("--tls-trust-certs-file-path", default=None)
-    parser.add_argument(
-        "--tls-require-trusted-client-cert-on-connect", type=flag_bool, nargs="?", const=True, default=False
-    )
-    parser.add_argument("--tls-allow-insecure-connection", type=flag_bool, nargs="?", const=True, default=False)
-
-
-def _tls_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """``BrokerConfig`` keyword arguments from the flags of ``_add_tls_flags``."""
-    return {
-        "broker_service_port_tls": args.broker_service_port_tls,
-        "web_service_port_tls": args.web_service_port_tls,
-        "tls_certificate_file_path": args.tls_certificate_file_path,
-        "tls_key_file_path": args.tls_key_file_path,
-        "tls_trust_certs_file_path": args.tls_trust_certs_file_path,
-        "tls_require_trusted_client_cert_on_connect": args.tls_require_trusted_client_cert_on_connect,
-        "tls_allow_insecure_connection": args.tls_allow_insecure_connection,
-    }
-
-
-def _check_tls_settings(config: Any) -> None:
-    """Load the TLS files once before starting, so a missing key ends the process in one line."""
-    from magnetar.node.tls import TlsConfigError, server_ssl_context, tls_enabled
-
-    if not tls_enabled(config):
-        return
-    try:
-        server_ssl_context(config)
-    except TlsConfigError as exc:
-        raise SystemExit(f"magnetar: TLS settings: {exc}") from None
-
-
-def _tls_banner(broker: Any) -> str:
-    """The TLS listeners for a ready banner (appended, so existing banner parsers still match)."""
-    parts = []
-    if broker.broker_url_tls:
-        parts.append(f" service-tls {broker.broker_url_tls}")
-    if broker.web_url_tls:
-        parts.append(f" admin-tls {broker.web_url_tls}")
-    return "".join(parts)
-
-
-def _add_compaction_flags(parser: argparse.ArgumentParser) -> None:
-    """Topic compaction settings (broker/compaction/), Pulsar's broker.conf names in their units."""
-    parser.add_argument("--broker-service-compaction-monitor-interval-in-seconds", type=float, default=60.0)
-    parser.add_argument("--broker-service-compaction-threshold-in-bytes", type=int, default=0)
-    parser.add_argument("--topic-compaction-retain-null-key", type=flag_bool, nargs="?", const=True, default=False)
-
-
-def _compaction_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """``BrokerConfig`` keyword arguments from the flags of ``_add_compaction_flags``."""
-    return {
-        "compaction_monitor_interval": args.broker_service_compaction_monitor_interval_in_seconds,
-        "compaction_threshold": args.broker_service_compaction_threshold_in_bytes,
-        "topic_compaction_retain_null_key": args.topic_compaction_retain_null_key,
-    }
-
-
 def cmd_standalone(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
     from magnetar.cli.auth_flags import auth_settings, check_auth_settings
@@ -225,16 +112,16 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         web_port=args.web_port,
         advertised_address=args.advertised_address,
         **listener_settings(args),
-        **_policy_check_settings(args),
-        **_dedup_settings(args),
-        **_compaction_settings(args),
-        **_tls_settings(args),
+        **broker_flags.policy_check_settings(args),
+        **broker_flags.dedup_settings(args),
+        **broker_flags.compaction_settings(args),
+        **broker_flags.tls_settings(args),
         **auth_settings(args),
         **limit_settings(args),
         **schema_settings(args),
     )
     check_auth_settings(broker)
-    _check_tls_settings(broker)
+    broker_flags.check_tls_settings(broker)
     sa = Standalone(
         StandaloneConfig(
             Path(args.data_dir), broker, bookie_port=args.bookie_port, journal=args.journal, cluster=args.cluster
@@ -245,7 +132,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         assert sa.broker is not None and sa.bookie is not None
         return (
             f"magnetar standalone ready: service {sa.broker.broker_url} admin {sa.broker.web_url} "
-            f"bookie {args.host}:{sa.bookie.port} data {Path(args.data_dir).resolve()}{_tls_banner(sa.broker)}"
+            f"bookie {args.host}:{sa.bookie.port} data {Path(args.data_dir).resolve()}"
+            f"{broker_flags.tls_banner(sa.broker)}"
         )
 
     flags = {
@@ -324,10 +212,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
         default_ensemble_size=args.ensemble_size,
         default_write_quorum=args.write_quorum,
         default_ack_quorum=args.ack_quorum,
-        **_policy_check_settings(args),
-        **_dedup_settings(args),
-        **_compaction_settings(args),
-        **_tls_settings(args),
+        **broker_flags.policy_check_settings(args),
+        **broker_flags.dedup_settings(args),
+        **broker_flags.compaction_settings(args),
+        **broker_flags.tls_settings(args),
         **auth_settings(args),
         **limit_settings(args),
         **schema_settings(args),
@@ -339,7 +227,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     # by the cluster's namespace isolation policies (broker/cluster/isolation.py), which the operator writes.
     if not args.metadata_url:
         raise SystemExit("magnetar broker needs --metadata-url (or metadataUrl in --config)")
-    _check_tls_settings(config)
+    broker_flags.check_tls_settings(config)
     node = BrokerNode(args.metadata_url, config, bundles=args.bundles, cluster=args.cluster)
 
     async def start() -> None:
@@ -351,7 +239,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         assert node.broker is not None
         return (
             f"magnetar broker ready: service {node.broker.broker_url} admin {node.broker.web_url} "
-            f"id {node.broker.broker_id}{_tls_banner(node.broker)}"
+            f"id {node.broker.broker_id}{broker_flags.tls_banner(node.broker)}"
         )
 
     flags = {
@@ -434,11 +322,11 @@ def _add_server_commands(sub: Any) -> None:
     )
     sa.add_argument("--web-port", type=flag_optional_port, default=8080, help="admin REST / metrics port (0: any)")
     sa.add_argument("--bookie-port", type=int, default=3181)
-    _add_policy_check_flags(sa)
-    _add_dedup_flags(sa)
-    _add_compaction_flags(sa)
+    broker_flags.add_policy_check_flags(sa)
+    broker_flags.add_dedup_flags(sa)
+    broker_flags.add_compaction_flags(sa)
     add_auth_flags(sa)
-    _add_tls_flags(sa)
+    broker_flags.add_tls_flags(sa)
     add_limit_flags(sa)
     add_schema_flags(sa)
     add_listener_flags(sa)
@@ -491,11 +379,11 @@ def _add_server_commands(sub: Any) -> None:
     br.add_argument("--ack-quorum", type=int, default=2)
     br.add_argument("--bundles", type=int, default=4, help="bundles per namespace")
     br.add_argument("--cluster", default="local")
-    _add_policy_check_flags(br)
-    _add_dedup_flags(br)
-    _add_compaction_flags(br)
+    broker_flags.add_policy_check_flags(br)
+    broker_flags.add_dedup_flags(br)
+    broker_flags.add_compaction_flags(br)
     add_auth_flags(br)
-    _add_tls_flags(br)
+    broker_flags.add_tls_flags(br)
     add_limit_flags(br)
     add_schema_flags(br)
     add_bookkeeper_client_flags(br)
