@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from magnetar.client.consumer.acks import BatchAckTracker, FlowPermits
-from magnetar.client.net.connection import normalize_url, parse_service_url
+from magnetar.client.net.service_url import normalize_url, parse_service_url
 from magnetar.client.options import CompressionType, ConsumerType, Result, result_of
 from magnetar.client.producer.batch_builder import RECORD_OVERHEAD, Batch, SendReceipt
 from magnetar.client.producer.producer import ProducerConfig

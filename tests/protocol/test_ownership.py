@@ -16,8 +16,8 @@ import pytest
 from tests.support.cluster import LocalCluster, two_broker_cluster
 
 from magnetar.client import aio
-from magnetar.client.net.connection import normalize_url
 from magnetar.client.net.reconnect import Backoff
+from magnetar.client.net.service_url import normalize_url
 from magnetar.protocol import commands as c
 
 from .wire import Wire, session

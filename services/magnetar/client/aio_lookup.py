@@ -31,10 +31,11 @@ from typing import Any, TypeVar
 from magnetar.client.config.client import ClientSettings
 from magnetar.client.net.auth import Authentication
 from magnetar.client.net.connect_deadline import as_connect_error, give_up_at
-from magnetar.client.net.connection import Connection, is_tls_url, normalize_url
+from magnetar.client.net.connection import Connection
 from magnetar.client.net.reconnect import Backoff
 from magnetar.client.net.service_info import ServiceInfo, ServiceInfoProvider, check_update
 from magnetar.client.net.service_target import ServiceTarget, TlsSettings
+from magnetar.client.net.service_url import is_tls_url, normalize_url
 from magnetar.client.partition_updates import PartitionsUpdater
 from magnetar.client.schema_codec import WriterSchemas
 from magnetar.protocol import commands as cmds

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from magnetar.client.net.auth import Authentication
-from magnetar.client.net.connection import is_tls_url, service_urls
+from magnetar.client.net.service_url import is_tls_url, service_urls
 
 __all__ = [
     "AutoClusterFailover",

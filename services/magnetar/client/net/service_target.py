@@ -13,9 +13,9 @@ import ssl
 from dataclasses import dataclass
 
 from magnetar.client.net.auth import Authentication
-from magnetar.client.net.connection import is_tls_url, service_urls
 from magnetar.client.net.http_lookup import HttpLookup, is_http_url
 from magnetar.client.net.service_info import ServiceInfo
+from magnetar.client.net.service_url import is_tls_url, service_urls
 from magnetar.client.net.tls import TlsOptions
 
 __all__ = ["ServiceTarget", "TlsSettings"]
