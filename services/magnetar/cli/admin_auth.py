@@ -30,12 +30,22 @@ import os
 import ssl
 from dataclasses import dataclass
 
-from magnetar.client.net.auth import Authentication, basic_from_params, tls_from_params, token_from_params
+from magnetar.client.net.auth import (
+    BASIC_PLUGIN_NAMES,
+    TLS_PLUGIN_NAMES,
+    TOKEN_PLUGIN_NAMES,
+    Authentication,
+    AuthenticationTLS,
+    basic_from_params,
+    tls_from_params,
+    token_from_params,
+)
 from magnetar.client.net.tls import TlsOptions
 
-TOKEN_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationToken", "AuthenticationToken", "token")
-TLS_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationTls", "AuthenticationTls", "tls")
-BASIC_PLUGINS = ("org.apache.pulsar.client.impl.auth.AuthenticationBasic", "AuthenticationBasic", "basic")
+# The client's built-in plugin names (Java class name first, for messages), and the bare class name.
+TOKEN_PLUGINS = (TOKEN_PLUGIN_NAMES[1], "AuthenticationToken", TOKEN_PLUGIN_NAMES[0])
+TLS_PLUGINS = (TLS_PLUGIN_NAMES[1], "AuthenticationTls", TLS_PLUGIN_NAMES[0])
+BASIC_PLUGINS = (BASIC_PLUGIN_NAMES[1], "AuthenticationBasic", BASIC_PLUGIN_NAMES[0])
 ENV_TOKEN = "MAGNETAR_AUTH_TOKEN"
 
 
@@ -66,37 +76,42 @@ def add_auth_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-enable-hostname-verification", action="store_true")
 
 
+def credentials(plugin: str | None, params: str | None) -> Authentication | None:
+    """The credentials ``--auth-plugin`` / ``--auth-params`` name, for ``magnetar-admin`` and
+    ``magnetar``'s client commands alike: params alone are a token, no options at all mean
+    ``MAGNETAR_AUTH_TOKEN`` when it is set, a name not listed here goes to the client's
+    ``Authentication(name, params)``. ``ValueError`` for a bad pair."""
+    if plugin is not None and not params:
+        raise ValueError("--auth-plugin needs --auth-params (token:<jwt>, file:///path, tlsCertFile:...)")
+    if not params:
+        env = os.environ.get(ENV_TOKEN)
+        return token_from_params(env) if env else None
+    if plugin is None or plugin in TOKEN_PLUGINS:
+        return token_from_params(params)
+    if plugin in TLS_PLUGINS:
+        return tls_from_params(params)
+    if plugin in BASIC_PLUGINS:
+        return basic_from_params(params)
+    return Authentication(plugin, params)
+
+
 def security_from_args(args: argparse.Namespace) -> HttpSecurity:
     """The ``HttpSecurity`` the flags (or ``MAGNETAR_AUTH_TOKEN``) ask for; ``SystemExit`` on a bad one."""
     plugin, params = args.auth_plugin, args.auth_params
-    token: Authentication | None = None
-    certificate: tuple[str, str] | None = None
     if plugin is not None and plugin not in TOKEN_PLUGINS + TLS_PLUGINS + BASIC_PLUGINS:
         raise SystemExit(
             f"magnetar-admin: unsupported --auth-plugin {plugin!r}; "
             f"use {TOKEN_PLUGINS[0]}, {TLS_PLUGINS[0]} or {BASIC_PLUGINS[0]}"
         )
-    if plugin is not None and not params:
-        raise SystemExit(
-            "magnetar-admin: --auth-plugin needs --auth-params (token:<jwt>, file:///path, tlsCertFile:...)"
-        )
-    if plugin in TLS_PLUGINS:
-        try:
-            tls_auth = tls_from_params(str(params))
-        except ValueError as exc:
-            raise SystemExit(f"magnetar-admin: {exc}") from None
-        certificate = (tls_auth.certificate_path, tls_auth.private_key_path)
+    try:
+        token = credentials(plugin, params)
+    except ValueError as exc:
+        raise SystemExit(f"magnetar-admin: {exc}") from None
+    certificate: tuple[str, str] | None = None
+    if isinstance(token, AuthenticationTLS):  # the certificate goes in the HTTPS handshake
+        certificate, token = (token.certificate_path, token.private_key_path), None
         if not str(args.admin_url).startswith("https://"):
             raise SystemExit("magnetar-admin: AuthenticationTls needs an https:// --admin-url")
-    elif plugin in BASIC_PLUGINS:
-        try:
-            token = basic_from_params(str(params))
-        except ValueError as exc:
-            raise SystemExit(f"magnetar-admin: {exc}") from None
-    elif params:
-        token = token_from_params(params)
-    elif os.environ.get(ENV_TOKEN):
-        token = token_from_params(os.environ[ENV_TOKEN])
     context = None
     if str(args.admin_url).startswith("https://"):
         try:

@@ -10,8 +10,12 @@ certificate), the same settings as ``client.conf``'s ``authPlugin``, ``authParam
   bare JWT; ``--auth-params`` alone means a token too, as for ``magnetar-admin``;
 - the TLS plugin (``...AuthenticationTls``, ``AuthenticationTls``, ``tls``) takes
   ``tlsCertFile:<path>,tlsKeyFile:<path>`` and needs a ``magnetar+ssl://`` URL;
+- the Basic plugin (``...AuthenticationBasic``, ``AuthenticationBasic``, ``basic``) takes
+  ``{"userId": ..., "password": ...}`` or ``userId:<name>,password:<secret>``;
 - any other name goes to the client's ``Authentication(name, params)``, which refuses what it does
   not know with one line rather than connecting without the credentials asked for.
+
+``magnetar-admin`` reads the same options the same way (``admin_auth.credentials``).
 
 Without these options ``MAGNETAR_AUTH_TOKEN`` (the same token forms) is used when set, as
 ``magnetar-admin`` does: an environment variable suits Kubernetes Secrets better than a file of
@@ -21,11 +25,9 @@ settings. The token is never printed.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from magnetar.cli.admin_auth import ENV_TOKEN, TLS_PLUGINS, TOKEN_PLUGINS
-from magnetar.client.net.auth import Authentication, tls_from_params, token_from_params
+from magnetar.cli.admin_auth import ENV_TOKEN, credentials
 
 __all__ = ["add_client_security_flags", "client_security"]
 
@@ -53,25 +55,10 @@ def add_client_security_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-enable-hostname-verification", action="store_true")
 
 
-def _authentication(plugin: str | None, params: str | None) -> Authentication | None:
-    """The ``Authentication`` the options (or ``MAGNETAR_AUTH_TOKEN``) name; ``ValueError`` for a bad pair."""
-    if plugin is not None and not params:
-        raise ValueError("--auth-plugin needs --auth-params (token:<jwt>, file:///path, tlsCertFile:...)")
-    if plugin is None and not params:
-        env = os.environ.get(ENV_TOKEN)
-        return token_from_params(env) if env else None
-    assert params is not None
-    if plugin is None or plugin in TOKEN_PLUGINS:
-        return token_from_params(params)
-    if plugin in TLS_PLUGINS:
-        return tls_from_params(params)
-    return Authentication(plugin, params)
-
-
 def client_security(args: argparse.Namespace) -> dict[str, Any]:
     """``Client`` keyword arguments from the options of ``add_client_security_flags``."""
     return {
-        "authentication": _authentication(args.auth_plugin, args.auth_params),
+        "authentication": credentials(args.auth_plugin, args.auth_params),
         "tls_trust_certs_file_path": args.tls_trust_certs_file_path,
         "tls_allow_insecure_connection": args.tls_allow_insecure,
         "tls_validate_hostname": args.tls_enable_hostname_verification,
