@@ -9,6 +9,7 @@ broker restart rather than fail the whole run.
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import time
@@ -93,6 +94,12 @@ class AdminClient:
                     raise last from None
             except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
                 last = AdminError(0, f"cannot reach {self.url}: {getattr(exc, 'reason', exc)}")
+            except http.client.HTTPException as exc:  # an answer, but not HTTP: asking again will not change it
+                raise AdminError(
+                    0,
+                    f"{self.url} did not answer as an HTTP server ({exc.__class__.__name__}): is it the broker's "
+                    "binary port? --admin-url takes the admin (web service) port, e.g. http://localhost:8080",
+                ) from None
             time.sleep(RETRY_DELAY * (attempt + 1))
         assert last is not None
         raise last
