@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from magnetar.client.net.auth import (
     BASIC_PLUGIN_NAMES,
     TLS_PLUGIN_NAMES,
-    TOKEN_PLUGIN_NAMES,
     Authentication,
     AuthenticationTLS,
     basic_from_params,
@@ -41,6 +40,7 @@ from magnetar.client.net.auth import (
     token_from_params,
 )
 from magnetar.client.net.tls import TlsOptions
+from magnetar.security.credentials import TOKEN_PLUGIN_NAMES
 
 # The client's built-in plugin names (Java class name first, for messages), and the bare class name.
 TOKEN_PLUGINS = (TOKEN_PLUGIN_NAMES[1], "AuthenticationToken", TOKEN_PLUGIN_NAMES[0])

@@ -20,9 +20,7 @@ import urllib.parse
 from pathlib import Path
 
 from magnetar.broker.config import BrokerConfig
-
-# Names ``brokerClientAuthenticationPlugin`` may hold for token credentials.
-TOKEN_PLUGIN_NAMES = ("token", "org.apache.pulsar.client.impl.auth.AuthenticationToken")
+from magnetar.security.credentials import TOKEN_PLUGIN_NAMES  # what brokerClientAuthenticationPlugin may name
 
 # The ``Authorization`` header of the request being served, for forwarding it (module docstring):
 # set by the admin API's middleware (``http``); "" for a caller authenticated by its certificate.

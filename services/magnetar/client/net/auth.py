@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Protocol
 
 from magnetar.protocol.errors import AuthenticationError, ConnectError, Unsupported
+from magnetar.security.credentials import TOKEN_PLUGIN_NAMES  # the servers' token plugin names too
 
 __all__ = [
     "AuthProvider",
@@ -64,7 +65,6 @@ BASIC_METHOD = "basic"
 # The built-in plugins of pulsar-client's C++ AuthFactory: short name and Java client class name.
 _JAVA = "org.apache.pulsar.client.impl.auth."
 TLS_PLUGIN_NAMES = (TLS_METHOD, _JAVA + "AuthenticationTls")
-TOKEN_PLUGIN_NAMES = (TOKEN_METHOD, _JAVA + "AuthenticationToken")
 BASIC_PLUGIN_NAMES = (BASIC_METHOD, _JAVA + "AuthenticationBasic")
 ATHENZ_PLUGIN_NAMES = ("athenz", _JAVA + "AuthenticationAthenz")
 OAUTH2_PLUGIN_NAMES = ("oauth2token", _JAVA + "oauth2.AuthenticationOAuth2")
