@@ -40,7 +40,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -202,6 +208,18 @@ class MagnetarDataSource(DataSource):
                 "(a schema version added while the read was planned changes them: load again)"
             )
         return MagnetarReader(options, values)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("magnetar")``: rows published to topics (jobs/topic_writer.py)."""
+        from magnetar.jobs.topic_writer import TopicWriter
+
+        return TopicWriter.create(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("magnetar")``: micro-batches published exactly once (jobs/topic_writer.py)."""
+        from magnetar.jobs.topic_writer import TopicStreamWriter
+
+        return TopicStreamWriter.create(self.options, schema, overwrite)
 
 
 class MagnetarReader(DataSourceReader):
