@@ -43,6 +43,7 @@ from typing import Any
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
@@ -208,6 +209,12 @@ class MagnetarDataSource(DataSource):
                 "(a schema version added while the read was planned changes them: load again)"
             )
         return MagnetarReader(options, values)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream.format("magnetar")``: topics read as they grow (jobs/stream_reader.py)."""
+        from magnetar.jobs.stream_reader import MagnetarStreamReader
+
+        return MagnetarStreamReader.create(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """``df.write.format("magnetar")``: rows published to topics (jobs/topic_writer.py)."""
