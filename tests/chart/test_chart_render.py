@@ -252,7 +252,7 @@ OPERATOR_CLUSTER_RULES = {
     ("", "services"): {"get", "create", "patch", "delete"},
     ("", "configmaps"): {"get", "create", "patch", "delete"},
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
-    ("", "persistentvolumeclaims"): {"get", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "delete"},
     # Spark jobs (spark_resources.py, spark_submitter.py, spark_status.py)
     **{("magnetar.dev", kind): {"get", "list", "watch", "patch"} for kind in ("tenants", "namespaces", "topics")},
@@ -261,7 +261,7 @@ OPERATOR_CLUSTER_RULES = {
     **{("sparkoperator.k8s.io", k): {"get", "list", "create", "patch", "delete"} for k in SPARK_KINDS},
     **{("sparkoperator.k8s.io", f"{k}/status"): {"patch"} for k in SPARK_KINDS},
     **{("sparkoperator.k8s.io", f"{k}/finalizers"): {"update"} for k in SPARK_KINDS},
-    ("batch", "jobs"): {"get", "create"},
+    ("batch", "jobs"): {"get", "create", "delete"},
     ("", "pods/log"): {"get"},
 }
 
