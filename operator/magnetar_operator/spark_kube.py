@@ -1,5 +1,6 @@
 """The Kubernetes calls of the Spark part: custom objects (SparkApplications, their scheduled kind,
-our Topic/Namespace/Tenant), batch Jobs, pods and their logs. Blocking; call from threads.
+our Topic/Namespace/Tenant), batch Jobs, pods and their logs, and the checkpoint claims of
+streaming exports. Blocking; call from threads.
 
 Why not kube.Kube: that wrapper is create-or-patch of children with a fixed set of mutable
 fields. Here the operator also writes other controllers' status subresources (the SparkApplication
@@ -115,9 +116,67 @@ class SparkKube:
             raise
         return True
 
+    def delete_job(self, name: str, namespace: str) -> bool:
+        """Delete the Job and (in the background) its pods; False when it was gone already."""
+        try:
+            self._batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def job_pods(self, job_name: str, namespace: str) -> list[dict[str, Any]]:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"job-name={job_name}")
         return [dict(self._api.sanitize_for_serialization(p)) for p in pods.items]
+
+    def get_pod(self, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            pod = self._core.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(self._api.sanitize_for_serialization(pod))
+
+    # ------------------------------------------------------------------ claims
+    def ensure_claim(self, body: Mapping[str, Any]) -> bool:
+        """Create the claim, or bring its annotations up to date (a claim's size and class cannot
+        change in place); True when something was written."""
+        meta = body["metadata"]
+        try:
+            live = self._core.read_namespaced_persistent_volume_claim(meta["name"], meta["namespace"])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            self._core.create_namespaced_persistent_volume_claim(meta["namespace"], dict(body))
+            return True
+        annotations = dict(live.metadata.annotations or {})
+        wanted = dict(meta.get("annotations") or {})
+        if all(annotations.get(k) == v for k, v in wanted.items()):
+            return False
+        self._core.patch_namespaced_persistent_volume_claim(
+            meta["name"], meta["namespace"], {"metadata": {"annotations": wanted}}
+        )
+        return True
+
+    def get_claim(self, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            claim = self._core.read_namespaced_persistent_volume_claim(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(self._api.sanitize_for_serialization(claim))
+
+    def delete_claim(self, name: str, namespace: str) -> bool:
+        try:
+            self._core.delete_namespaced_persistent_volume_claim(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def pod_log(self, name: str, namespace: str, *, tail_lines: int = 1000) -> str | None:
         """The last lines of the pod's log; None when there is no pod or no log (no kubelet)."""

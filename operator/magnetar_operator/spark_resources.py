@@ -21,11 +21,14 @@ import asyncio
 import datetime
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, cast
+from urllib.parse import quote
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from . import conditions, identity, identity_sync, namespaces, tenants, topics, transport_tls
+from . import conditions, identity, identity_sync, namespaces, runtime, tenants, topics, transport_tls
+from . import spark_streaming as streaming
+from .admin import AdminError, NotFound
 from .conditions import Condition
 from .config import SETTINGS
 from .manifests import MANAGED_BY
@@ -33,6 +36,7 @@ from .spark_apps import (
     API_VERSION,
     APP,
     EXPORT_KIND,
+    LABEL_JOB,
     SCHEDULED,
     SPEC_HASH,
     SWEEP_KIND,
@@ -46,6 +50,7 @@ from .spark_apps import (
 from .spark_config import SPARK
 from .spark_kube import SparkKube, spark_kube
 from .spark_status import mirror_pass
+from .spark_streaming import STREAM_KIND
 from .spark_submitter import submit_pass
 
 _tasks: list[asyncio.Task[None]] = []
@@ -179,6 +184,121 @@ async def reconcile(
     )
 
 
+async def reconcile_streaming(body: Mapping[str, Any], patch: kopf.Patch, scope: str, value: str) -> None:
+    """spec.streamingExport: the long-running application and its checkpoint claim
+    (spark_streaming.py); removing the block deletes the application, and the claim the operator
+    made when it was marked deleteClaim."""
+    kind = STREAM_KIND
+    status = body.get("status") or {}
+    spec = body.get("spec") or {}
+    section = spec.get(kind.section)
+    kube = spark_kube()
+    meta = body["metadata"]
+    if section is None:
+        removed = await asyncio.to_thread(remove_applications, kube, body, kind.job)
+        removed = await asyncio.to_thread(_remove_claim, kube, body) or removed
+        old = conditions.find(status.get("conditions"), kind.condition)
+        if old is not None or removed or status.get(kind.section):
+            base = patch.status.get("conditions") or status.get("conditions") or []
+            patch.status["conditions"] = [c for c in base if c.get("type") != kind.condition]
+            patch.status[kind.section] = None
+        return
+    try:
+        streaming.validate(section, spec)
+        arguments = streaming.streaming_arguments(SETTINGS.admin_url, scope, value, section)
+        env = identity.spark_env(SETTINGS.auth) + transport_tls.spark_env(SETTINGS.tls)
+        secrets = transport_tls.spark_secrets(SETTINGS.tls)
+        desired = build_application(body, kind, arguments, section, SPARK, env, secrets)
+    except InvalidSparkSpec as exc:
+        _write(patch.status, status, Condition(kind.condition, False, "InvalidSpec", str(exc)), kind)
+        kopf.warn(cast(kopf.Body, body), reason="InvalidSpec", message=str(exc))
+        return
+    streaming.make_long_running(desired, meta["name"], section)
+    name = desired["metadata"]["name"]
+    await identity_sync.ensure_jobs_token(desired["metadata"]["namespace"])
+    claim = streaming.build_claim(body, section)
+    try:
+        if claim is not None:
+            await asyncio.to_thread(kube.ensure_claim, claim)
+        wrote = await asyncio.to_thread(ensure_application, kube, body, desired, {})
+    except InvalidSparkSpec as exc:
+        _write(patch.status, status, Condition(kind.condition, False, "InvalidSpec", str(exc)), kind)
+        return
+    except ApiException as exc:
+        message = f"cannot create the streaming export {name}: {exc.reason}: {exc.body}"
+        if exc.status == 404:
+            message = f"cannot create {APP} {name}: the spark-operator CRDs ({API_VERSION}) are not installed"
+        _write(patch.status, status, Condition(kind.condition, False, "Failed", message[:2000]), kind)
+        raise kopf.TemporaryError(message, delay=max(SETTINGS.retry_delay, 30)) from exc
+    old = conditions.find(status.get("conditions"), kind.condition)
+    if not wrote and old is not None and old.get("reason") != "InvalidSpec":
+        return
+    cond = Condition(kind.condition, None, "Submitted", f"{APP} {name} created ({SPARK.submitter} submitter)")
+    _write(
+        patch.status,
+        status,
+        cond,
+        kind,
+        application=name,
+        specHash=desired["metadata"]["annotations"][SPEC_HASH],
+        checkpointClaim=streaming.claim_name(meta["name"], section),
+        state=None,
+    )
+
+
+def _remove_claim(kube: SparkKube, owner: Mapping[str, Any]) -> bool:
+    """Delete the operator-made checkpoint claim if it is marked deleteClaim (never a user's)."""
+    meta = owner["metadata"]
+    name = streaming.claim_name(meta["name"], {})
+    claim = kube.get_claim(name, meta["namespace"])
+    if not _ours(claim, meta["uid"]) or claim is None:
+        return False
+    if (claim["metadata"].get("annotations") or {}).get(streaming.DELETE_CLAIM) != "true":
+        return False
+    return kube.delete_claim(name, meta["namespace"])
+
+
+async def streaming_lags(kube: SparkKube) -> dict[tuple[str, str], int | None]:
+    """The backlog of each streaming application's progress subscription, from the broker's topic
+    stats (None while the subscription does not exist yet, or when the broker cannot answer)."""
+    lags: dict[tuple[str, str], int | None] = {}
+    apps = await asyncio.to_thread(kube.list_objects, API_VERSION, APP, f"{LABEL_JOB}={streaming.STREAM}")
+    for app in apps:
+        key = (str(app["metadata"]["namespace"]), str(app["metadata"]["name"]))
+        scope = streaming.scope_of((app.get("spec") or {}).get("arguments") or [])
+        if scope is None:
+            continue
+        try:
+            lags[key] = streaming.sum_backlog(await _topic_stats(scope[0], scope[1]), scope[2])
+        except AdminError:
+            lags[key] = None
+    return lags
+
+
+async def _topic_stats(scope: str, value: str) -> list[dict[str, Any]]:
+    """Stats of every partition of a topic, or of every topic of a namespace."""
+    admin = runtime.admin()
+    if scope == "--namespace":
+        tenant, _, local = value.partition("/")
+        names = await admin.list_topics(tenant, local)
+    else:
+        tenant, local, topic = value.removeprefix("persistent://").split("/", 2)
+        partitions = await admin.get_partitions(tenant, local, topic)
+        names = [f"{value}-partition-{i}" for i in range(partitions)] if partitions else [value]
+    out = []
+    for name in names:
+        path = name.removeprefix("persistent://")
+        try:
+            found = await admin.request(
+                "GET", "persistent/" + "/".join(quote(p, safe="") for p in path.split("/")) + "/stats"
+            )
+        except NotFound:
+            continue  # a partition or topic not created yet
+        if isinstance(found, dict):
+            out.append(found)
+    return out
+
+
 def _export_args(body: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], list[str]]:
     return lambda section: export_arguments(SETTINGS.admin_url, topics.full_name(body["spec"]), section)
 
@@ -214,6 +334,20 @@ async def apply_tenant_sweep(body: kopf.Body, patch: kopf.Patch, **_: Any) -> No
     await reconcile(body, patch, SWEEP_KIND, _tenant_args(body))
 
 
+@kopf.on.resume(*topics.RESOURCE)
+@kopf.on.create(*topics.RESOURCE)
+@kopf.on.update(*topics.RESOURCE, field="spec")
+async def apply_topic_streaming_export(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    await reconcile_streaming(body, patch, "--topic", topics.full_name(body["spec"]))
+
+
+@kopf.on.resume(*namespaces.RESOURCE)
+@kopf.on.create(*namespaces.RESOURCE)
+@kopf.on.update(*namespaces.RESOURCE, field="spec")
+async def apply_namespace_streaming_export(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    await reconcile_streaming(body, patch, "--namespace", namespaces.broker_name(body["spec"]))
+
+
 async def keep_spark_applications(logger: Any) -> None:
     """The `job` submitter (in job mode) and the status mirroring, every SPARK.poll_interval."""
     pod_security_context = SETTINGS.pod_security_context
@@ -223,7 +357,8 @@ async def keep_spark_applications(logger: Any) -> None:
             if SPARK.job_mode:
                 now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
                 await asyncio.to_thread(submit_pass, kube, now, pod_security_context)
-            await asyncio.to_thread(mirror_pass, kube)
+            lags = await streaming_lags(kube)
+            await asyncio.to_thread(mirror_pass, kube, lags)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the API server may be away for a moment; try again next pass

@@ -1,7 +1,8 @@
 """Mirroring the Spark applications' state into their owners: the `Exported` condition of a Topic,
 `RetentionSwept` of a Namespace or Tenant, and status.export / status.retentionSweep (application,
 state, lastRun, lastSuccess, nextRun, and the job's figures: rows and bytes of an export; ledgers,
-bytes, messages of a sweep).
+bytes, messages of a sweep); and the `Streaming` condition and status.streamingExport of a
+continuous export (its query's progress and lag, spark_streaming.py).
 
 Why from the applications and not from a kopf handler of the owner: the state changes on the
 application (written by the Go operator, or by the `job` submitter), and the figures are only in
@@ -35,6 +36,7 @@ from .spark_apps import (
     JobKind,
 )
 from .spark_kube import SparkKube
+from .spark_streaming import PROGRESS_ANNOTATION, STREAM, STREAM_KIND, desired_streaming, parse_progress
 from .spark_submitter import SUCCEEDED, TERMINAL, app_state
 
 log = logging.getLogger(__name__)
@@ -89,33 +91,33 @@ def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def group_by_owner(scheduled: list[dict[str, Any]], apps: list[dict[str, Any]]) -> dict[tuple[str, str, str], Owned]:
-    """Applications by owner (kind, namespace, name); runs reach their owner through their
-    ScheduledSparkApplication."""
-    groups: dict[tuple[str, str, str], Owned] = {}
-    schedules: dict[tuple[str, str], tuple[str, str, str]] = {}
+def group_by_owner(scheduled: list[dict[str, Any]], apps: list[dict[str, Any]]) -> dict[tuple[str, ...], Owned]:
+    """Applications by owner (kind, namespace, name) and job (a Namespace may have a retention
+    sweep and a streaming export); runs reach their owner through their ScheduledSparkApplication."""
+    groups: dict[tuple[str, ...], Owned] = {}
+    schedules: dict[tuple[str, str], Owned] = {}
 
     def entry(ref: Mapping[str, Any], obj: Mapping[str, Any]) -> Owned | None:
         if ref.get("kind") not in OWNER_KINDS or ref.get("apiVersion") != OWNER_API_VERSION:
             return None
-        key = (str(ref["kind"]), str(obj["metadata"]["namespace"]), str(ref["name"]))
+        owner = (str(ref["kind"]), str(obj["metadata"]["namespace"]), str(ref["name"]))
         job = str(obj["metadata"].get("labels", {}).get(LABEL_JOB, EXPORT))
-        return groups.setdefault(key, Owned(key, job))
+        return groups.setdefault((*owner, job), Owned(owner, job))
 
     for sched in scheduled:
         ref = _controller(sched)
         owned = entry(ref, sched) if ref else None
         if owned is not None:
             owned.scheduled = sched
-            schedules[(sched["metadata"]["namespace"], sched["metadata"]["name"])] = owned.owner
+            schedules[(sched["metadata"]["namespace"], sched["metadata"]["name"])] = owned
     for app in apps:
         ref = _controller(app)
         if ref is None:
             continue
         if ref.get("kind") == SCHEDULED:
-            key = schedules.get((app["metadata"]["namespace"], str(ref["name"])))
-            if key is not None:
-                groups[key].apps.append(app)
+            parent = schedules.get((app["metadata"]["namespace"], str(ref["name"])))
+            if parent is not None:
+                parent.apps.append(app)
             continue
         owned = entry(ref, app)
         if owned is not None:
@@ -127,7 +129,7 @@ def desired(
     owned: Owned, current: Mapping[str, Any], result: Mapping[str, Any] | None
 ) -> tuple[Condition, dict[str, Any]]:
     """The owner's condition and status section, from its applications and the latest result."""
-    kind = EXPORT_KIND if owned.job == EXPORT else SWEEP_KIND
+    kind = kind_of(owned.job)
     fields: dict[str, Any] = {}
     sched = owned.scheduled
     if sched is not None:
@@ -186,13 +188,30 @@ def _driver_result(kube: SparkKube, app: Mapping[str, Any]) -> dict[str, Any] | 
         return None
 
 
-def mirror_owner(kube: SparkKube, owned: Owned) -> bool:
-    """Bring one owner's condition and status section up to date; True when it wrote."""
+def kind_of(job: str) -> JobKind:
+    return {EXPORT: EXPORT_KIND, STREAM: STREAM_KIND}.get(job, SWEEP_KIND)
+
+
+def _driver_progress(kube: SparkKube, app: Mapping[str, Any]) -> dict[str, Any]:
+    """The status fields of the streaming driver's progress annotation ({} without one)."""
+    pod = ((app.get("status") or {}).get("driverInfo") or {}).get("podName")
+    if not pod:
+        return {}
+    found = kube.get_pod(str(pod), app["metadata"]["namespace"])
+    annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+    return parse_progress(annotations.get(PROGRESS_ANNOTATION))
+
+
+def mirror_owner(kube: SparkKube, owned: Owned, lags: Mapping[tuple[str, str], int | None] | None = None) -> bool:
+    """Bring one owner's condition and status section up to date; True when it wrote.
+
+    ``lags``: the backlog of each streaming application's progress subscription, by (namespace,
+    application), which the caller asked the broker for (the admin client is asynchronous)."""
     kind_name, namespace, name = owned.owner
     owner = kube.get_object(OWNER_API_VERSION, kind_name, name, namespace)
     if owner is None:
         return False
-    kind = EXPORT_KIND if owned.job == EXPORT else SWEEP_KIND
+    kind = kind_of(owned.job)
     if _section_of(kind, owner) is None:
         return False  # spec section removed: the owner's handler removes the applications
     status = owner.get("status") or {}
@@ -201,10 +220,16 @@ def mirror_owner(kube: SparkKube, owned: Owned) -> bool:
         return False
     current = dict(status.get(kind.section) or {})
     runs = sorted(owned.apps, key=lambda a: str(a["metadata"].get("creationTimestamp", "")))
-    result = None
-    if runs and app_state(runs[-1]) == SUCCEEDED and current.get("resultOf") != runs[-1]["metadata"]["name"]:
-        result = _driver_result(kube, runs[-1])
-    cond, fields = desired(owned, current, result)
+    if owned.job == STREAM:
+        latest = runs[-1] if runs else None
+        progress = _driver_progress(kube, latest) if latest is not None else {}
+        lag = (lags or {}).get((namespace, latest["metadata"]["name"])) if latest is not None else None
+        cond, fields = desired_streaming(latest, current, progress, lag)
+    else:
+        result = None
+        if runs and app_state(runs[-1]) == SUCCEEDED and current.get("resultOf") != runs[-1]["metadata"]["name"]:
+            result = _driver_result(kube, runs[-1])
+        cond, fields = desired(owned, current, result)
     fields = {k: v for k, v in fields.items() if v is not None}
     same_condition = old is not None and all(
         old.get(k) == v for k, v in (("status", cond.status_text), ("reason", cond.reason), ("message", cond.message))
@@ -220,8 +245,9 @@ def mirror_owner(kube: SparkKube, owned: Owned) -> bool:
     return True
 
 
-def mirror_pass(kube: SparkKube) -> None:
-    """One pass over every application the operator made, in both submitter modes."""
+def mirror_pass(kube: SparkKube, lags: Mapping[tuple[str, str], int | None] | None = None) -> None:
+    """One pass over every application the operator made, in both submitter modes (``lags``: see
+    mirror_owner)."""
     scheduled = kube.list_objects(API_VERSION, SCHEDULED, LABEL_JOB)
     apps = {
         (a["metadata"]["namespace"], a["metadata"]["name"]): a
@@ -230,6 +256,6 @@ def mirror_pass(kube: SparkKube) -> None:
     }
     for owned in group_by_owner(scheduled, list(apps.values())).values():
         try:
-            mirror_owner(kube, owned)
+            mirror_owner(kube, owned, lags)
         except Exception as exc:  # e.g. 409: the owner changed meanwhile; the next pass repeats
             log.info("status of %s %s/%s not mirrored yet: %s", *owned.owner, exc)

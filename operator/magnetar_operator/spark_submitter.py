@@ -14,6 +14,13 @@ ScheduledSparkApplications with that label get the Go operator's behaviour too: 
 skips a tick while the previous run is not finished, and only the last successful/failed runs
 (successfulRunHistoryLimit / failedRunHistoryLimit) are kept.
 
+An application with `restartPolicy: {type: Always}` (a streaming export) runs until it is deleted:
+its Job has an unlimited backoffLimit, so the Job controller replaces a failed or deleted driver
+pod with a new one (after its own back-off, 10 s doubling up to 6 min; failed pods stay listed
+under the Job until it goes); a Job that ends all the same (a driver that exited 0) is deleted
+and made anew. Its state follows the Go operator's: RUNNING, PENDING_RERUN between drivers, and
+executionAttempts counts the drivers started over all its Jobs.
+
 Builders and state functions are pure; `submit_pass` does one pass over the cluster.
 """
 
@@ -39,6 +46,12 @@ SUCCEEDED = "COMPLETED"
 #: Label of the Job and its pod: which SparkApplication they run.
 APP_LABEL = "magnetar.dev/spark-app"
 SELECTOR = f"{LABEL_SUBMITTER}={SUBMITTER_JOB}"
+#: The Job's backoffLimit for restartPolicy Always: as good as unlimited (a Job must have one).
+ALWAYS_BACKOFF_LIMIT = 2147483647
+#: The state of an Always application between the end of a driver and its replacement.
+PENDING_RERUN = "PENDING_RERUN"
+#: On the Job of an Always application: how many drivers the Jobs before it started.
+EARLIER_ATTEMPTS = "magnetar.dev/earlier-attempts"
 
 
 def stamp(moment: datetime.datetime) -> str:
@@ -49,6 +62,11 @@ def parse_time(text: str | None) -> datetime.datetime | None:
     if not text:
         return None
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+
+
+def always(app: Mapping[str, Any]) -> bool:
+    """restartPolicy Always: the application runs until it is deleted (a streaming export)."""
+    return bool(((app.get("spec") or {}).get("restartPolicy") or {}).get("type") == "Always")
 
 
 def job_name(app: str) -> str:
@@ -189,7 +207,12 @@ def build_submit_job(app: Mapping[str, Any], pod_security_context: Mapping[str, 
             "labels": labels,
             "ownerReferences": [owner_reference(app)],
         },
-        "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": pod_labels}, "spec": pod}},
+        # restartPolicy Always (a streaming export): every failed driver is replaced by a new pod
+        # (the Job controller's own back-off between them); Never: one attempt, as before
+        "spec": {
+            "backoffLimit": ALWAYS_BACKOFF_LIMIT if always(app) else 0,
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+        },
     }
 
 
@@ -220,9 +243,9 @@ def status_from_job(
         "submissionAttempts": 1,
         "lastSubmissionAttemptTime": previous.get("lastSubmissionAttemptTime") or created or stamp(now),
     }
-    pod_names = sorted(str(p["metadata"]["name"]) for p in pods)
-    if pod_names:
-        status["driverInfo"] = {"podName": pod_names[-1]}
+    newest = _newest_pod(pods)
+    if newest:
+        status["driverInfo"] = {"podName": newest}
     elif previous.get("driverInfo"):
         status["driverInfo"] = previous["driverInfo"]
     failed = _job_condition(job, "Failed")
@@ -242,6 +265,57 @@ def status_from_job(
     status["applicationState"] = state
     if state["state"] != "SUBMITTED":
         status["executionAttempts"] = 1
+    return status
+
+
+def _newest_pod(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The driver pod made last (a Job that replaces failed pods has several)."""
+    ordered = sorted(
+        pods, key=lambda p: (str(p["metadata"].get("creationTimestamp") or ""), str(p["metadata"]["name"]))
+    )
+    return str(ordered[-1]["metadata"]["name"]) if ordered else None
+
+
+def status_of_long_running(
+    job: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    previous: Mapping[str, Any],
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """The status of a restartPolicy Always application (the Go operator's states): RUNNING while
+    a driver pod runs, SUBMITTED while a new one starts, PENDING_RERUN between a driver's end and
+    its replacement (the Job controller's back-off, or a finished Job the submitter replaces).
+    executionAttempts counts the drivers started, so restarts = executionAttempts - 1."""
+    status: dict[str, Any] = {k: v for k, v in previous.items() if k != "terminationTime"}
+    if job is None:
+        status["applicationState"] = {"state": PENDING_RERUN, "errorMessage": "the submission Job is being replaced"}
+        return status
+    meta, jstatus = job.get("metadata") or {}, job.get("status") or {}
+    uid = str(meta.get("uid", ""))
+    if previous.get("submissionID") != uid:  # a new Job
+        status["submissionAttempts"] = int(previous.get("submissionAttempts") or 0) + 1
+        status["lastSubmissionAttemptTime"] = meta.get("creationTimestamp") or stamp(now)
+    status["submissionID"] = uid
+    newest = _newest_pod(pods)
+    if newest:
+        status["driverInfo"] = {"podName": newest}
+    done = int(jstatus.get("failed") or 0) + int(jstatus.get("succeeded") or 0)
+    started = done + int(jstatus.get("active") or 0)
+    # drivers of the Jobs before this one (written on the Job when it was made)
+    base = int((meta.get("annotations") or {}).get(EARLIER_ATTEMPTS) or 0)
+    running = any((p.get("status") or {}).get("phase") == "Running" and p["metadata"]["name"] == newest for p in pods)
+    finished = _job_condition(job, "Complete") or _job_condition(job, "Failed")
+    if finished is not None:
+        state: dict[str, Any] = {"state": PENDING_RERUN, "errorMessage": "the driver ended; starting a new one"}
+    elif running:
+        state = {"state": "RUNNING"}
+    elif int(jstatus.get("active") or 0) == 0 and done > 0:
+        state = {"state": PENDING_RERUN, "errorMessage": "the driver failed (see its pod's log); restarting"}
+    else:
+        state = {"state": "SUBMITTED"}
+    status["applicationState"] = state
+    if started:
+        status["executionAttempts"] = max(int(previous.get("executionAttempts") or 0), base + started)
     return status
 
 
@@ -348,12 +422,23 @@ def _app_pass(
     if app_state(app) in TERMINAL:
         return
     job = kube.get_job(job_name(name), namespace)
-    if job is None and not app_state(app):
-        kube.create_job(build_submit_job(app, pod_security_context))
+    keep_running = always(app)
+    if keep_running and job is not None and (_job_condition(job, "Complete") or _job_condition(job, "Failed")):
+        kube.delete_job(job_name(name), namespace)  # the next pass makes a new one
+        log.info("SparkApplication %s/%s: driver ended, replacing Job %s", namespace, name, job_name(name))
+        job = None
+    elif job is None and (not app_state(app) or keep_running):
+        body = build_submit_job(app, pod_security_context)
+        if keep_running:
+            body["metadata"]["annotations"] = {EARLIER_ATTEMPTS: str(int(previous.get("executionAttempts") or 0))}
+        if kube.create_job(body):
+            log.info("SparkApplication %s/%s: submitted as Job %s", namespace, name, job_name(name))
         job = kube.get_job(job_name(name), namespace)
-        log.info("SparkApplication %s/%s: submitted as Job %s", namespace, name, job_name(name))
     pods = kube.job_pods(job_name(name), namespace) if job is not None else []
-    status = status_from_job(job, pods, previous, now)
+    if keep_running:
+        status = status_of_long_running(job, pods, previous, now)
+    else:
+        status = status_from_job(job, pods, previous, now)
     if status != previous:
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         kube.patch_object(API_VERSION, APP, name, namespace, patch, status=True)
