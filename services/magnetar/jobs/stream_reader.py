@@ -69,7 +69,14 @@ from magnetar.jobs.stream_offsets import (
     admit,
     normal_topic,
 )
-from magnetar.jobs.topic_plan import PLAN_CONCURRENCY, Position, parse_position, plan_reads, resolve_topics
+from magnetar.jobs.topic_plan import (
+    PLAN_CONCURRENCY,
+    Position,
+    TopicNotFoundError,
+    parse_position,
+    plan_reads,
+    resolve_topics,
+)
 from magnetar.jobs.value_schema import TypedValues
 
 log = logging.getLogger(__name__)
@@ -200,8 +207,16 @@ class MagnetarStreamReader(DataSourceStreamReader):
         return resolve_topics(admin, topic=o.topic, topics=o.topics, namespace=o.namespace)
 
     def _states(self, admin: AdminClient, topics: list[str]) -> dict[str, TopicState]:
+        def stats_of(topic: str) -> dict[str, Any]:
+            try:
+                return admin.internal_stats(topic)
+            except AdminError as exc:
+                if exc.status == 404:
+                    raise TopicNotFoundError(f"topic {topic} does not exist ({exc.reason})") from None
+                raise
+
         with ThreadPoolExecutor(max_workers=PLAN_CONCURRENCY) as pool:
-            stats = list(pool.map(admin.internal_stats, topics))
+            stats = list(pool.map(stats_of, topics))
         return {t: TopicState.from_stats(s) for t, s in zip(topics, stats, strict=True)}
 
     def _subscription_name(self, offset: StreamOffset | None = None) -> str:
