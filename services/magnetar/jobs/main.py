@@ -11,7 +11,14 @@ the error on stderr and exits 1, with no result line.
 
     python -m magnetar.jobs.main export --admin-url http://broker:8080 \
         --topic persistent://public/default/orders --target s3a://bucket/orders [--name orders]
+    python -m magnetar.jobs.main export --streaming --admin-url http://broker:8080 \
+        --topic persistent://public/default/orders --target s3a://bucket/orders \
+        --checkpoint /checkpoint/orders [--trigger-seconds 10]
     python -m magnetar.jobs.main retention-sweep --admin-url http://broker:8080 ...
+
+``export --streaming`` (``streaming_export``) runs until SIGTERM/SIGINT, printing a
+``MAGNETAR_PROGRESS {json}`` line per micro-batch, and its ``MAGNETAR_RESULT`` line when stopped.
+A command line that cannot run is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -41,6 +48,26 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
         help="the export's name; its progress is the subscription magnetar-export-<name> (default: export)",
     )
     p.add_argument("--entries-per-partition", type=int, default=5000, help="entries per Spark input partition")
+    streaming = p.add_argument_group(
+        "streaming", "with --streaming: a Structured Streaming query that exports continuously until stopped"
+    )
+    streaming.add_argument(
+        "--streaming", action="store_true", help="run continuously: land new messages every --trigger-seconds"
+    )
+    streaming.add_argument("--checkpoint", help="the query's checkpoint folder (required; the same at every restart)")
+    streaming.add_argument("--trigger-seconds", type=float, help="seconds between micro-batches (default: 10)")
+    streaming.add_argument("--max-entries-per-trigger", type=int, help="at most this many entries per micro-batch")
+    streaming.add_argument("--max-bytes-per-trigger", type=int, help="at most about this many bytes per micro-batch")
+    streaming.add_argument(
+        "--starting-offsets",
+        help="earliest (default), latest or JSON {topic: 'ledger:entry'}; only for a new checkpoint",
+    )
+    streaming.add_argument(
+        "--no-fail-on-data-loss",
+        dest="fail_on_data_loss",
+        action="store_false",
+        help="skip entries trimmed before the query read them (default: fail the query, naming them)",
+    )
     p.add_argument(
         "--no-decode-schema",
         dest="decode_schema",
@@ -70,11 +97,17 @@ def build_parser(prog: str, *, common: argparse.ArgumentParser | None = None) ->
 
 
 def app_name(args: argparse.Namespace) -> str:
-    return f"magnetar-export-{args.name}" if args.job == "export" else "magnetar-retention-sweep"
+    if args.job != "export":
+        return "magnetar-retention-sweep"
+    return f"magnetar-streaming-export-{args.name}" if args.streaming else f"magnetar-export-{args.name}"
 
 
 def run_job(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Run the job ``args`` names on ``spark``; its ``MAGNETAR_RESULT`` document."""
+    if args.job == "export" and args.streaming:
+        from magnetar.jobs import streaming_export
+
+        return streaming_export.run(spark, args)
     if args.job == "export":
         from magnetar.jobs.export import export
 
@@ -102,8 +135,11 @@ def preflight(args: argparse.Namespace) -> None:
     that the admin URL answers as a broker's admin API, and that a namespace given exists. A
     mistake here raises an ordinary error (``is_ordinary``) naming it."""
     from magnetar.jobs.admin_client import AdminClient
+    from magnetar.jobs.streaming_export import check_arguments
     from magnetar.protocol.topic_name import TopicName, check_namespace
 
+    if args.job == "export":
+        check_arguments(args)
     for name in [getattr(args, "topic", None), *(str(getattr(args, "topics", None) or "").split(","))]:
         if name and name.strip():
             TopicName.parse(name.strip())
@@ -123,16 +159,20 @@ def is_ordinary(exc: BaseException) -> bool:
     unreachable broker, an unreadable file), said in one line; anything else is a bug and keeps its
     traceback."""
     from magnetar.jobs.admin_client import AdminError
+    from magnetar.jobs.streaming_export import QueryFailed
     from magnetar.protocol.errors import MagnetarError
 
-    return isinstance(exc, AdminError | MagnetarError | OSError | ValueError)
+    return isinstance(exc, AdminError | MagnetarError | OSError | ValueError | QueryFailed)
 
 
 def _one_line(exc: BaseException) -> str:
     from magnetar.jobs.admin_client import AdminError
+    from magnetar.jobs.streaming_export import ArgumentProblem, QueryFailed
 
     if isinstance(exc, AdminError):
         text = exc.reason + (f" (HTTP {exc.status})" if exc.status else "")
+    elif isinstance(exc, ArgumentProblem | QueryFailed):
+        text = str(exc)
     else:
         text = f"{exc.__class__.__name__}: {exc}"
     return " ".join(text.split())
@@ -141,13 +181,15 @@ def _one_line(exc: BaseException) -> str:
 def execute(args: argparse.Namespace, session: SessionFactory) -> int:
     """Check the arguments, start a session, run the job, print ``MAGNETAR_RESULT``; 0 on success,
     1 on failure, said in one line on stderr (with a traceback only for what is not ordinary)."""
+    from magnetar.jobs.streaming_export import ArgumentProblem
+
     try:
         preflight(args)
     except Exception as exc:
         if not is_ordinary(exc):
             raise
         print(f"{args.job}: {_one_line(exc)}", file=sys.stderr, flush=True)
-        return 1
+        return 2 if isinstance(exc, ArgumentProblem) else 1
     try:
         spark = session(app_name(args))  # registers the source, with filter pushdown on
     except Exception as exc:
