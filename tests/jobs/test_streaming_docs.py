@@ -81,3 +81,19 @@ def test_sink_options_are_all_documented() -> None:
     }
     assert {"serviceUrl", "service.url", "adminUrl", "topic", "writerId", "sendTimeoutMs"} <= names
     assert names <= _table_names("Sink options"), sorted(names - _table_names("Sink options"))
+
+
+def test_continuous_export_flags_and_spec_fields_are_all_documented() -> None:
+    from magnetar.jobs.streaming_export import STREAMING_ONLY
+
+    flags = {flag for flag, _ in STREAMING_ONLY} | {"--streaming", "--no-fail-on-data-loss"}
+    documented = _table_names("Continuous export")
+    assert flags <= documented, sorted(flags - documented)
+    crd = (ROOT / "crds" / "magnetar.dev_topics.yaml").read_text()
+    block = crd[crd.index("                streamingExport:") :]
+    fields = set(re.findall(r"^ {20}([a-zA-Z]+):", block[: block.index("\n            status:")], re.M))
+    fields |= set(re.findall(r"^ {24}([a-zA-Z]+):", block[: block.index("\n            status:")], re.M))
+    fields -= {"description", "type", "required", "properties", "pattern", "minLength", "enum"}
+    page = PAGE.read_text()
+    assert {"target", "checkpoint", "claimName", "deleteClaim"} <= fields
+    assert all(f"{name}:" in page for name in fields), sorted(n for n in fields if f"{n}:" not in page)
