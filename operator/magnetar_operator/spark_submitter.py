@@ -268,6 +268,12 @@ def status_from_job(
     return status
 
 
+def _live_pods(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Pods that have not ended (a pod being deleted still runs until its grace period ends)."""
+    ended = ("Succeeded", "Failed")
+    return [str(p["metadata"]["name"]) for p in pods if (p.get("status") or {}).get("phase") not in ended]
+
+
 def _newest_pod(pods: Sequence[Mapping[str, Any]]) -> str | None:
     """The driver pod made last (a Job that replaces failed pods has several)."""
     ordered = sorted(
@@ -427,6 +433,10 @@ def _app_pass(
         kube.delete_job(job_name(name), namespace)  # the next pass makes a new one
         log.info("SparkApplication %s/%s: driver ended, replacing Job %s", namespace, name, job_name(name))
         job = None
+    elif keep_running and job is None and _live_pods(kube.job_pods(job_name(name), namespace)):
+        # a replaced application's old driver is still stopping: two drivers must never share
+        # the checkpoint, so the new Job waits for the next pass
+        log.info("SparkApplication %s/%s: waiting for the previous driver to stop", namespace, name)
     elif job is None and (not app_state(app) or keep_running):
         body = build_submit_job(app, pod_security_context)
         if keep_running:

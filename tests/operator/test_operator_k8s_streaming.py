@@ -12,11 +12,14 @@ the query's progress subscription is made there with messages behind it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s_client
 from tests.operator.harness import ControlPlane, OperatorProcess, condition, gone, wait_for
 from tests.operator.test_operator_k8s_resources import apply, manifest
@@ -33,6 +36,7 @@ from tests.support.admin import create_namespace
 from tests.support.standalone import StandaloneProcess, admin_call
 
 from magnetar.client import aio
+from magnetar.jobs.streaming_export import DriverPod
 
 pytestmark = pytest.mark.k8s
 
@@ -64,12 +68,48 @@ async def _produce(url: str, topic: str, n: int) -> None:
         await producer.close()
 
 
+def driver_pod(cp: ControlPlane, api: k8s_client.CoreV1Api, ns: str, pod: str, tmp_path: Path) -> DriverPod:
+    """The job's own way to annotate its pod, as the driver's service account with the chart's
+    Spark Role (pods: patch), through the token Secret the controller manager made for it."""
+    rules = [
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+            "verbs": ["get", "list", "watch", "create", "delete", "deletecollection", "patch"],
+        }
+    ]
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "spark"}}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "spark"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "spark"},
+        "subjects": [{"kind": "ServiceAccount", "name": "magnetar-spark", "namespace": ns}],
+    }
+    cp.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps({**role, "rules": rules}))
+    cp.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(binding))
+
+    def token_secret() -> Any:
+        for secret in api.list_namespaced_secret(ns).items:
+            sa = (secret.metadata.annotations or {}).get("kubernetes.io/service-account.name")
+            if secret.type == "kubernetes.io/service-account-token" and sa == "magnetar-spark":
+                return secret
+        return None
+
+    secret = wait_for("the driver service account's token", token_secret)
+    (tmp_path / "token").write_bytes(base64.b64decode(secret.data["token"]))
+    (tmp_path / "ca.crt").write_bytes(base64.b64decode(secret.data["ca.crt"]))
+    server = yaml.safe_load(cp.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    return DriverPod(pod, ns, server, tmp_path / "token", tmp_path / "ca.crt")
+
+
 def test_streaming_export_runs_restarts_reports_progress_and_stops(
     operator: OperatorProcess,
     spark_crds: ControlPlane,  # noqa: F811
     spark_ns: str,  # noqa: F811
     core: k8s_client.CoreV1Api,  # noqa: F811
     broker: StandaloneProcess,
+    tmp_path: Path,
 ) -> None:
     cp, ns = spark_crds, spark_ns
     started = time.monotonic()
@@ -157,7 +197,11 @@ def test_streaming_export_runs_restarts_reports_progress_and_stops(
         "inputRowsPerSecond": 250.5,
         "processedRowsPerSecond": 1000.0,
     }
-    core.patch_namespaced_pod(first, ns, {"metadata": {"annotations": {PROGRESS: json.dumps(doc)}}})
+    reporter = driver_pod(cp, core, ns, first, tmp_path)
+    reporter.annotate(doc)  # what the job's listener does after each batch
+    assert not reporter.warned, "the driver's service account could not annotate its pod"
+    annotations = core.read_namespaced_pod(first, ns).metadata.annotations or {}
+    assert json.loads(annotations[PROGRESS]) == doc
 
     def mirrored() -> dict[str, Any] | None:
         found = streaming(cp, "topic", "events", ns)
