@@ -320,8 +320,13 @@ def status_of_long_running(
     else:
         state = {"state": "SUBMITTED"}
     status["applicationState"] = state
-    if started:
-        status["executionAttempts"] = max(int(previous.get("executionAttempts") or 0), base + started)
+    attempts = max(int(previous.get("executionAttempts") or 0), base + started)
+    earlier = (previous.get("driverInfo") or {}).get("podName")
+    if newest and earlier and newest != earlier:
+        # a deleted driver pod is replaced without being counted as failed by the Job controller
+        attempts = max(attempts, int(previous.get("executionAttempts") or 1) + 1)
+    if attempts:
+        status["executionAttempts"] = attempts
     return status
 
 

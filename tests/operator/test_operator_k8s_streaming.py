@@ -235,6 +235,23 @@ def test_streaming_export_runs_restarts_reports_progress_and_stops(
     app = cp.get(SPARK_KIND, "events-streaming-export", ns) or {}
     assert app["status"]["driverInfo"]["podName"] == second and app["status"]["executionAttempts"] == 2
 
+    # a driver pod deleted (kubectl delete pod, a node drained) is replaced too, and counted
+    core.delete_namespaced_pod(second, ns)
+    third = wait_for(
+        "another driver pod",
+        lambda: next(
+            (
+                p["metadata"]["name"]
+                for p in pods_of(cp, "events-streaming-export-submit", ns)
+                if p["metadata"]["name"] not in (first, second)
+            ),
+            None,
+        ),
+        timeout=90,
+    )
+    set_pod_phase(core, third, ns, "Running")
+    wait_for("two restarts", lambda: streaming(cp, "topic", "events", ns).get("restarts") == 2, timeout=60)
+
     # removing the block stops it: the application, its Job and pods, and (deleteClaim) the claim
     del spec["streamingExport"]
     apply(cp, ns, manifest("Topic", "events", spec))
