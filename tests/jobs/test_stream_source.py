@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 from tests.support.standalone import StandaloneProcess, run_standalone
-from tests.support.streaming import StreamDriver  # noqa: F401  (test a, below)
+from tests.support.streaming import StreamDriver
 
 from magnetar.client import aio
 from magnetar.jobs.admin_client import AdminClient, topic_path
@@ -71,7 +71,6 @@ async def _produce(
     *,
     batched: bool = False,
     gates: dict[int, threading.Event] | None = None,
-    sent: list[int] | None = None,
 ) -> dict[Id, bytes]:
     """Publish ``payloads`` to ``topic``; the acknowledged message ids. Before message ``i`` in
     ``gates``, wait for its event (the test's hold on a producer that must not run ahead)."""
@@ -90,12 +89,8 @@ async def _produce(
                 for fut, data in pending:
                     acked[_id(topic, await fut)] = data
                 pending.clear()
-                if sent is not None:
-                    sent.append(i + 1)
         for fut, data in pending:
             acked[_id(topic, await fut)] = data
-        if sent is not None:
-            sent.append(len(payloads))
         await producer.close()
     return acked
 
@@ -151,6 +146,73 @@ def end_offset(query: Any) -> dict[str, Any]:
 def cursor_of(admin: AdminClient, topic: str, subscription: str) -> tuple[int, int] | None:
     doc = admin.internal_stats(topic)["cursors"].get(subscription)
     return None if doc is None else parse_position(doc["markDeletePosition"])
+
+
+# ------------------------------------------------------------------------------ killed driver
+
+
+MESSAGES = 200_000
+
+
+@pytest.mark.timeout(900)
+def test_killed_driver_restarts_from_checkpoint_exactly(
+    spark: Any, sa: StandaloneProcess, admin: AdminClient, tmp_path: Path
+) -> None:
+    """200,000 messages landed in Parquet while being written; the driver SIGKILLed twice mid-way."""
+    ns = namespace(admin, "kill", NONE)  # no retention: only the query's subscription keeps what it has not read
+    topic = f"persistent://{ns}/events"
+    admin.put(f"{topic_path(topic)}/partitions", 2)
+    out = tmp_path / "out"
+    spec = {
+        "options": {
+            "adminUrl": sa.admin_url,
+            "topic": topic,
+            "startingOffsets": "earliest",
+            "maxEntriesPerTrigger": 400,  # about 20,000 messages a micro-batch: many batches to land in
+        },
+        "columns": COLUMNS,
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "output": str(out),
+        "trigger_seconds": 0.5,
+    }
+    driver = StreamDriver(spec, tmp_path / "driver")
+    acked: dict[Id, bytes] = {}
+    gates = {MESSAGES * 35 // 100: threading.Event(), MESSAGES * 70 // 100: threading.Event()}
+    payloads = [f"e-{i}".encode() for i in range(MESSAGES)]
+
+    def write() -> None:
+        acked.update(produce(sa.service_url, topic, payloads, batched=True, gates=gates))
+
+    producer = threading.Thread(target=write, name="producer")
+    try:
+        driver.start()
+        driver.wait_progress(lambda p: True, timeout=180)  # running, its subscription made
+        producer.start()
+        for gate in gates.values():
+            driver.wait_progress(lambda p: p["numInputRows"] > 0, timeout=180)  # landing what is written
+            killed_in = driver.wait_batch_in_flight()  # and the next micro-batch running: kill it mid-way
+            driver.kill9()
+            gate.set()  # the producer goes on while the driver is down and restarts
+            driver.start()
+            replayed = driver.wait_progress(lambda p: True, timeout=180)
+            assert replayed["batchId"] == killed_in  # the restart ran the killed batch again, from its offsets
+        producer.join(600)
+        assert not producer.is_alive() and len(acked) == MESSAGES
+        ends = {
+            f"{topic}-partition-{n}": admin.internal_stats(f"{topic}-partition-{n}")["lastConfirmedEntry"]
+            for n in range(2)
+        }
+        driver.wait_progress(
+            lambda p: all(p["endOffset"]["positions"].get(t) == e for t, e in ends.items()), timeout=300
+        )
+    finally:
+        for gate in gates.values():
+            gate.set()
+        driver.stop()
+        if producer.ident is not None:
+            producer.join(60)
+    assert driver.starts == 3
+    check_exact(landed(spark, out), acked)
 
 
 # ------------------------------------------------------------------------------ startingOffsets, limits
@@ -317,3 +379,32 @@ def test_fail_on_data_loss_both_ways(spark: Any, sa: StandaloneProcess, admin: A
     kept = {i: p for i, p in {**first, **second}.items() if i[1] >= left[0]}
     assert second.keys() <= kept.keys() and len(kept) < len(first) + len(second)
     check_exact(landed(spark, out), kept)
+
+
+def test_read_limits_are_shared_fairly_between_partitions() -> None:
+    """Entry and byte limits spread over the topics with something to read (no Spark needed)."""
+    from magnetar.jobs.stream_offsets import TopicState, admit
+
+    def state(ledgers: list[tuple[int, int, int]]) -> TopicState:
+        last = ledgers[-1]
+        return TopicState.from_stats(
+            {
+                "ledgers": [{"ledgerId": lid, "entries": n, "size": size} for lid, n, size in ledgers],
+                "lastConfirmedEntry": f"{last[0]}:{last[1] - 1}",
+            }
+        )
+
+    states = {
+        "a": state([(1, 100, 100_000), (5, 100, 100_000)]),  # 1,000 bytes an entry
+        "b": state([(2, 10, 1_000)]),  # 100 bytes an entry, 10 entries only
+        "c": state([(3, 1000, 10_000_000)]),  # 10,000 bytes an entry
+    }
+    starts = {"a": (1, 49), "b": (-1, -1), "c": (3, -1)}
+    # 90 entries: b has 10, the 80 left are shared by a and c
+    assert admit(states, starts, max_entries=90, max_bytes=None) == {"a": (1, 89), "b": (2, 9), "c": (3, 39)}
+    assert admit(states, starts, max_entries=200, max_bytes=None) == {"a": (5, 44), "b": (2, 9), "c": (3, 94)}
+    # 30,000 bytes: 10,000 each; b needs 1,000 of its share, a and c share the rest (14,500 each)
+    assert admit(states, starts, max_entries=None, max_bytes=30_000) == {"a": (1, 63), "b": (2, 9), "c": (3, 0)}
+    # both, the tighter one per topic; and a limit below one entry still reads one
+    assert admit(states, starts, max_entries=3, max_bytes=1) == {"a": (1, 50), "b": (-1, -1), "c": (3, -1)}
+    assert admit(states, starts, max_entries=None, max_bytes=None) == {"a": (5, 99), "b": (2, 9), "c": (3, 999)}

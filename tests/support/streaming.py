@@ -18,7 +18,9 @@ The driver (``python tests/support/streaming.py SPEC.json``) builds its own Spar
   otherwise (after ``spec["stop_after_idle_batches"]`` batches in a row that read nothing, if given).
 
 The handle, ``StreamDriver(spec, workdir)``: ``start()`` runs the program (output in
-``workdir/driver-<n>.log``, one per start), ``wait_progress(predicate, timeout)`` waits for the
+``workdir/driver-<n>.log``, one per start), ``wait_batch_in_flight(timeout)`` waits until the
+checkpoint holds a micro-batch's offsets but not its commit (the batch is running: a kill then
+lands mid-batch) and returns its id, ``wait_progress(predicate, timeout)`` waits for the
 first progress line ``predicate`` accepts and returns it, ``wait_line(prefix, timeout)`` for any
 line, ``kill9()`` sends SIGKILL to the driver and its JVM (the whole process group) and waits for
 them, ``stop()`` the same with SIGTERM for the clean-up, ``progress`` lists the progress seen since
@@ -179,6 +181,28 @@ class StreamDriver:
         return dict(
             self._wait(lambda: next((p for p in self.progress if predicate(p)), None), timeout, "a progress line")
         )
+
+    def batch_in_flight(self) -> int | None:
+        """The micro-batch whose offsets the checkpoint holds but whose commit it does not: the
+        one the driver is running now (None between batches)."""
+        checkpoint = Path(self.spec["checkpoint"])
+
+        def ids(kind: str) -> set[int]:
+            folder = checkpoint / kind
+            return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
+
+        pending = sorted(ids("offsets") - ids("commits"))
+        return pending[-1] if pending else None
+
+    def wait_batch_in_flight(self, timeout: float = 120.0) -> int:
+        """Wait until a micro-batch is being run (``batch_in_flight``) and return its id."""
+        from tests.support.polling import wait_for
+
+        def running() -> tuple[int] | None:
+            batch = self.batch_in_flight()
+            return None if batch is None else (batch,)  # batch 0 is an answer too
+
+        return int(wait_for("a micro-batch in flight", running, timeout, interval=0.01)[0])
 
     def _signal(self, sig: int, timeout: float) -> None:
         proc = self.proc
