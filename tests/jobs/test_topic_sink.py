@@ -302,6 +302,7 @@ def _kill_twice_and_finish(
     assert driver.starts == 3
 
 
+@pytest.mark.timeout(900)
 def test_files_to_topic_exactly_once_across_two_driver_kills(
     spark: Any, sa: StandaloneProcess, admin: AdminClient, tmp_path: Path
 ) -> None:
@@ -323,7 +324,7 @@ def test_files_to_topic_exactly_once_across_two_driver_kills(
             "sink_options": sink_options(sa, topic),
             "checkpoint": str(tmp_path / "checkpoint"),
             "trigger_seconds": 0.2,
-            "stop_after_idle_batches": 2,
+            "stop_after_idle_batches": 1,
         },
         tmp_path / "driver",
     )
@@ -351,6 +352,7 @@ async def _produce(url: str, topic: str, count: int, gates: dict[int, threading.
     return acked
 
 
+@pytest.mark.timeout(1800)
 def test_topic_to_topic_exactly_once_across_two_driver_kills(
     spark: Any, sa: StandaloneProcess, admin: AdminClient, tmp_path: Path
 ) -> None:
@@ -379,7 +381,7 @@ def test_topic_to_topic_exactly_once_across_two_driver_kills(
             "sink_options": sink_options(sa, target),
             "checkpoint": str(tmp_path / "checkpoint"),
             "trigger_seconds": 0.2,
-            "stop_after_idle_batches": 2,
+            "stop_after_idle_batches": 1,
         },
         tmp_path / "driver",
     )
