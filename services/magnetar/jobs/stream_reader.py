@@ -61,7 +61,7 @@ from pyspark.sql.types import StructType
 
 from magnetar.jobs.admin_client import AdminClient, AdminError, topic_path
 from magnetar.jobs.export_progress import ExportProgress
-from magnetar.jobs.source import RangePartition, ReadOptions, read_range_batches, typed_schema
+from magnetar.jobs.source_reads import RangePartition, ReadOptions, read_range_batches, typed_schema
 from magnetar.jobs.stream_offsets import (
     DataLossError,
     StreamOffset,
