@@ -10,7 +10,8 @@ reads its range from the bookies over TCP (``ledger_reads``: a replica of each e
 CRC-checked, failing over to another replica) and decodes the entries into rows (``rows``), handed
 to Spark as Arrow record batches. The brokers are asked only for metadata, never for the data.
 
-Options: ``adminUrl`` (required); one of ``topic`` / ``topics`` (comma-separated) / ``namespace``;
+Options: ``adminUrl`` (required); one of ``topic`` / ``topics`` (comma-separated) / ``namespace`` /
+``topicsPattern`` (``persistent://tenant/ns/<regex>``, matched whole against the namespace's topics);
 ``startAfter`` and ``endAt`` (JSON ``{partition topic: "ledger:entry"}``, exclusive / inclusive);
 ``entriesPerPartition`` (default 5000); ``publishTimeSlackMs`` (see ``pushdown``, default 1000);
 ``authPluginClassName`` / ``authParams`` (Pulsar's Spark connector's names, also with its
@@ -54,7 +55,7 @@ from magnetar.jobs.source_reads import RangePartition as RangePartition
 from magnetar.jobs.source_reads import ReadOptions as ReadOptions
 from magnetar.jobs.source_reads import read_range_batches as read_range_batches
 from magnetar.jobs.source_reads import typed_schema as typed_schema
-from magnetar.jobs.topic_plan import ReadPlan, plan_reads, resolve_topics
+from magnetar.jobs.topic_plan import ReadPlan, plan_reads
 from magnetar.jobs.value_schema import TypedValues
 
 FORMAT = "magnetar"
@@ -122,7 +123,7 @@ class MagnetarReader(DataSourceReader):
         """The read plan before pushdown (the export uses the same ``plan_reads``)."""
         o = self.options
         admin = o.admin()
-        topics = resolve_topics(admin, topic=o.topic, topics=o.topics, namespace=o.namespace)
+        topics = o.resolve(admin)
         return plan_reads(
             admin, topics, start_after=o.start_after, end_at=o.end_at, entries_per_range=o.entries_per_partition
         )
