@@ -271,20 +271,26 @@ def test_partitions_added_and_topics_created_while_running(
     acked_first = produce(sa.service_url, first, [f"t1-{i}".encode() for i in range(30)])
     by_ns = start(spark, sa, tmp_path / "ns", tmp_path / "ck-ns", namespace=ns, startingOffsets="earliest")
     by_topic = start(spark, sa, tmp_path / "topic", tmp_path / "ck-topic", topic=part, startingOffsets="earliest")
+    pattern = f"persistent://{ns}/t[0-9]+"
+    by_pattern = start(
+        spark, sa, tmp_path / "re", tmp_path / "ck-re", topicsPattern=pattern, startingOffsets="earliest"
+    )
+    queries = (by_ns, by_topic, by_pattern)
     try:
-        by_ns.processAllAvailable()
-        by_topic.processAllAvailable()
+        for q in queries:
+            q.processAllAvailable()
         admin.post(f"{topic_path(part)}/partitions", 4)
         acked.update(produce(sa.service_url, part, [f"p2-{i}".encode() for i in range(40)]))
         acked_later = produce(sa.service_url, later, [f"t2-{i}".encode() for i in range(20)])
-        by_ns.processAllAvailable()
-        by_topic.processAllAvailable()
+        for q in queries:
+            q.processAllAvailable()
     finally:
-        by_ns.stop()
-        by_topic.stop()
+        for q in queries:
+            q.stop()
     assert {i[0] for i in acked} == {f"{part}-partition-{n}" for n in range(4)}  # the new partitions were written
     check_exact(landed(spark, tmp_path / "topic"), acked)
     check_exact(landed(spark, tmp_path / "ns"), {**acked, **acked_first, **acked_later})
+    check_exact(landed(spark, tmp_path / "re"), {**acked_first, **acked_later})
 
 
 # ------------------------------------------------------------------------------ retention and data loss

@@ -8,6 +8,7 @@ the data source class that makes it (``MagnetarDataSource.streamReader``).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from magnetar.jobs.pushdown import DEFAULT_PUBLISH_TIME_SLACK_MS
 from magnetar.jobs.rows import COLUMNS, RowColumns
 from magnetar.jobs.topic_plan import DEFAULT_ENTRIES_PER_RANGE, LedgerRange, parse_positions, resolve_topics
 from magnetar.jobs.value_schema import SCHEMA_VERSION_COLUMN, VALUE_COLUMN, TypedValues, ValueDecoder, typed_values
+from magnetar.protocol.topic_name import TopicName
 
 # Rows per Arrow batch handed to Spark: big enough to amortise the per-batch cost, small enough
 # to stream a range of large messages without holding it all in memory.
@@ -89,6 +91,7 @@ class ReadOptions:
     publish_time_slack_ms: int
     credentials: JobCredentials = field(default_factory=JobCredentials)
     decode_schema: bool = True
+    topics_pattern: str | None = None
 
     @classmethod
     def parse(cls, options: Any) -> ReadOptions:
@@ -99,9 +102,14 @@ class ReadOptions:
         admin_url = opt("adminUrl")
         if admin_url is None:
             raise ValueError("the magnetar source needs the option adminUrl (a broker's http://host:port)")
-        chosen = [n for n in ("topic", "topics", "namespace") if opt(n) is not None]
+        chosen = [n for n in ("topic", "topics", "namespace", "topicsPattern") if opt(n) is not None]
         if len(chosen) != 1:
-            raise ValueError("the magnetar source needs exactly one of the options topic, topics, namespace")
+            raise ValueError(
+                "the magnetar source needs exactly one of the options topic, topics, namespace, topicsPattern"
+            )
+        pattern = opt("topicsPattern")
+        if pattern is not None:
+            pattern_namespace(pattern)  # refused here, before any network call
         try:
             per_partition = int(opt("entriesPerPartition") or DEFAULT_ENTRIES_PER_RANGE)
             slack = int(opt("publishTimeSlackMs") or DEFAULT_PUBLISH_TIME_SLACK_MS)
@@ -123,6 +131,7 @@ class ReadOptions:
             publish_time_slack_ms=slack,
             credentials=JobCredentials.from_options(options),
             decode_schema=decode == "true",
+            topics_pattern=pattern,
         )
 
     def admin(self) -> AdminClient:
@@ -135,8 +144,39 @@ class ReadOptions:
         if not self.decode_schema:
             return None
         admin = self.admin()
-        topics = resolve_topics(admin, topic=self.topic, topics=self.topics, namespace=self.namespace)
-        return typed_values(admin, topics)
+        return typed_values(admin, self.resolve(admin))
+
+    def resolve(self, admin: AdminClient) -> list[str]:
+        """The partition topics this read names, as they are now (see ``resolve_topics``)."""
+        if self.topics_pattern is not None:
+            return topics_matching(admin, self.topics_pattern)
+        return resolve_topics(admin, topic=self.topic, topics=self.topics, namespace=self.namespace)
+
+
+def pattern_namespace(pattern: str) -> str:
+    """The namespace a ``topicsPattern`` lists (``persistent://tenant/ns/<regex>``, as Pulsar's)."""
+    domain, _, rest = (pattern if "://" in pattern else "persistent://" + pattern).partition("://")
+    parts = rest.split("/", 2)
+    if domain != "persistent" or len(parts) < 3 or not parts[0] or not parts[1]:
+        raise ValueError(f"topicsPattern is persistent://tenant/namespace/<regex>, not {pattern!r}")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"topicsPattern {pattern!r} is not a regular expression: {exc}") from None
+    return f"{parts[0]}/{parts[1]}"
+
+
+def topics_matching(admin: AdminClient, pattern: str) -> list[str]:
+    """The partition topics of the pattern's namespace whose full name, or whose partitioned
+    topic's name, the pattern matches whole (Pulsar's pattern subscription)."""
+    full = pattern if "://" in pattern else "persistent://" + pattern
+    regex = re.compile(full)
+    out = []
+    for name in resolve_topics(admin, namespace=pattern_namespace(pattern)):
+        base = str(TopicName.parse(name).partitioned_base)
+        if regex.fullmatch(name) or regex.fullmatch(base):
+            out.append(name)
+    return out
 
 
 def read_range_batches(

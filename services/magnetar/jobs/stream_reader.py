@@ -12,7 +12,7 @@ metadata (internal stats) and to move the query's subscription.
 Offsets are per partition topic (``stream_offsets``): the last entry handed to Spark. A batch ends
 at each topic's ``lastConfirmedEntry`` at most, so only entries acknowledged to producers are read.
 The topics are resolved again for every batch: partitions added to a partitioned topic, and topics
-created in a namespace, are read from their earliest entry on.
+created in a namespace (or matching the pattern), are read from their earliest entry on.
 
 Progress on the brokers: the query owns a durable subscription on every topic it reads, created
 when the query starts (or first sees the topic) at its starting position, and moved by ``commit``
@@ -22,7 +22,7 @@ consumer's, and retention (the brokers' and the retention sweep's) never removes
 query has not finished. The flip side, as for any subscription: a query stopped for good holds its
 backlog until its subscription is deleted.
 
-Options, besides the batch source's ``adminUrl``, ``topic`` / ``topics`` / ``namespace``,
+Options, besides the batch source's ``adminUrl``, ``topic`` / ``topics`` / ``namespace`` / ``topicsPattern``,
 ``decodeSchema``, ``entriesPerPartition`` and credentials:
 
 - ``startingOffsets``: ``latest`` (the default, as Pulsar's Spark connector for a streaming
@@ -75,7 +75,6 @@ from magnetar.jobs.topic_plan import (
     TopicNotFoundError,
     parse_position,
     plan_reads,
-    resolve_topics,
 )
 from magnetar.jobs.value_schema import TypedValues
 
@@ -203,8 +202,7 @@ class MagnetarStreamReader(DataSourceStreamReader):
         return self.options.read.admin()
 
     def _topics(self, admin: AdminClient) -> list[str]:
-        o = self.options.read
-        return resolve_topics(admin, topic=o.topic, topics=o.topics, namespace=o.namespace)
+        return self.options.read.resolve(admin)
 
     def _states(self, admin: AdminClient, topics: list[str]) -> dict[str, TopicState]:
         def stats_of(topic: str) -> dict[str, Any]:
