@@ -1,7 +1,9 @@
 """Kopf handlers that turn a Topic's `spec.export` and a Namespace's or Tenant's
 `spec.retentionSweep` into a SparkApplication (run once) or a ScheduledSparkApplication (on a
-schedule), owned by the resource; and the background loop of the `job` submitter and the status
-mirroring.
+schedule), and a Topic's or Namespace's `spec.streamingExport` into a long-running one with its
+checkpoint claim (spark_streaming.py), owned by the resource; and the background loop of the `job`
+submitter and the status mirroring (with the streaming queries' lag, asked of the brokers there
+because the admin client is asynchronous).
 
 Why handlers of their own beside topics.py / namespaces.py / tenants.py: the Spark applications
 do not depend on the broker calls of those handlers, and their failures must not turn the
@@ -196,8 +198,9 @@ async def reconcile_streaming(body: Mapping[str, Any], patch: kopf.Patch, scope:
     meta = body["metadata"]
     if section is None:
         removed = await asyncio.to_thread(remove_applications, kube, body, kind.job)
-        removed = await asyncio.to_thread(_remove_claim, kube, body) or removed
         old = conditions.find(status.get("conditions"), kind.condition)
+        if status.get(kind.section) or old is not None:  # it ran here: its claim may be to delete
+            removed = await asyncio.to_thread(_remove_claim, kube, body) or removed
         if old is not None or removed or status.get(kind.section):
             base = patch.status.get("conditions") or status.get("conditions") or []
             patch.status["conditions"] = [c for c in base if c.get("type") != kind.condition]
