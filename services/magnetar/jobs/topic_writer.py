@@ -15,7 +15,8 @@ Options: ``serviceUrl`` (also Pulsar's Spark connector's ``service.url``; requir
 (also ``admin.url``; required unless ``deduplication`` is ``off``), ``topic``, ``writerId`` (see
 below), ``deduplication`` (``check``, the default: refuse a topic without deduplication, naming
 the ``magnetar-admin`` command that turns it on; ``enable``: turn it on for the target's
-namespace through the admin API; ``off``: no check, at least once), ``valueSchema`` (an Avro definition as
+namespace through the admin API; ``off``: no check, at least once; the ``topic`` option's target is
+checked on the driver, a ``topic`` column's by each task the first time it meets it), ``valueSchema`` (an Avro definition as
 JSON text, or ``topic`` for the target's registered schema; the ``value`` struct is then encoded
 with it and the producer publishes under that schema) and ``valueSchemaType`` (``AVRO``, the
 default, or ``JSON``), ``sendTimeoutMs`` (default 30000), ``batchingMaxMessages`` (default 1000),
