@@ -66,7 +66,8 @@ def test_page_has_the_three_examples() -> None:
 
 def test_source_options_are_all_documented() -> None:
     read = _quoted_options(JOBS / "stream_reader.py", r'opt\("([A-Za-z]+)"\)')
-    read |= _quoted_options(JOBS / "source.py", r'opt\("([A-Za-z]+)"\)')
+    for module in ("source.py", "source_reads.py"):
+        read |= _quoted_options(JOBS / module, r'opt\("([A-Za-z]+)"\)')
     read -= {"startAfter", "endAt", "publishTimeSlackMs"}  # batch only (a streaming read has no pushdown)
     assert read, "expected the readers' options"
     assert read <= _table_names("Source options"), sorted(read - _table_names("Source options"))
