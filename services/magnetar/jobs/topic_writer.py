@@ -13,16 +13,16 @@ publish none.
 
 Options: ``serviceUrl`` (also Pulsar's Spark connector's ``service.url``; required), ``adminUrl``
 (also ``admin.url``; required unless ``deduplication`` is ``off``), ``topic``, ``writerId`` (see
-below), ``deduplication`` (``check``, the default: refuse a topic without deduplication, naming
-the ``magnetar-admin`` command that turns it on; ``enable``: turn it on for the target's
-namespace through the admin API; ``off``: no check, at least once; the ``topic`` option's target is
-checked on the driver, a ``topic`` column's by each task the first time it meets it), ``valueSchema`` (an Avro definition as
-JSON text, or ``topic`` for the target's registered schema; the ``value`` struct is then encoded
-with it and the producer publishes under that schema) and ``valueSchemaType`` (``AVRO``, the
-default, or ``JSON``), ``sendTimeoutMs`` (default 30000), ``batchingMaxMessages`` (default 1000),
-``maxPendingMessages`` (default 1000), ``producerBusyTimeoutMs`` (default 60000, see below), and
-the credentials as the source's (``authPluginClassName`` / ``authParams`` / ``tlsTrustCertsFilePath``
-or the ``MAGNETAR_AUTH_TOKEN*`` environment, jobs/credentials.py).
+below), ``deduplication`` (``check``, the default: refuse a topic without deduplication, naming the
+``magnetar-admin`` command that turns it on; ``enable``: turn it on for the target's namespace
+through the admin API; ``off``: no check, at least once; the ``topic`` option's target is checked on
+the driver, a ``topic`` column's by each task the first time it meets it), ``valueSchema`` (an Avro
+definition as JSON text, or ``topic`` for the target's registered schema; the ``value`` struct is
+then encoded with it and the producer publishes under that schema) and ``valueSchemaType``
+(``AVRO``, the default, or ``JSON``), ``sendTimeoutMs`` (default 30000), ``batchingMaxMessages``
+(default 1000), ``maxPendingMessages`` (default 1000), ``producerBusyTimeoutMs`` (default 60000, see
+below), and the credentials as the source's (``authPluginClassName`` / ``authParams`` /
+``tlsTrustCertsFilePath`` or the ``MAGNETAR_AUTH_TOKEN*`` environment, jobs/credentials.py).
 
 Exactly once, with broker-side deduplication (``broker/topics/dedup.py``): the broker stores each
 message at most once per (producer name, sequence id) and drops one whose sequence id is not
