@@ -30,7 +30,10 @@ from tests.support.streaming import StreamDriver
 
 from magnetar.client import aio
 from magnetar.jobs.admin_client import AdminClient, topic_path
-from magnetar.jobs.topic_plan import parse_position
+from magnetar.jobs.source import SCHEMA, RangePartition
+from magnetar.jobs.stream_offsets import DataLossError
+from magnetar.jobs.stream_reader import MagnetarStreamReader
+from magnetar.jobs.topic_plan import parse_position, plan_reads
 
 pytestmark = pytest.mark.spark
 
@@ -357,6 +360,7 @@ def test_fail_on_data_loss_both_ways(spark: Any, sa: StandaloneProcess, admin: A
         q.stop()
     start_at = end_offset(q)["positions"][topic]
     first = produce(sa.service_url, topic, [f"a-{i}".encode() for i in range(1000)])
+    planned = plan_reads(admin, [topic])  # a micro-batch planned now, its ranges read after the trim
     # Someone else moves the query's subscription to the end, and retention (0) removes the ledgers.
     admin.post(f"{topic_path(topic)}/subscription/{sub}/skip_all")
     admin.post(f"{topic_path(topic)}/trim")
@@ -364,6 +368,18 @@ def test_fail_on_data_loss_both_ways(spark: Any, sa: StandaloneProcess, admin: A
     left = [d["ledgerId"] for d in admin.internal_stats(topic)["ledgers"]]
     gone = parse_position(start_at)[0]
     assert gone not in left and left[0] > gone
+
+    # A range planned before the trim and read after it: the bookies no longer have the ledger.
+    planned_gone = RangePartition(next(r for r in planned.ranges if r.ledger_id == gone))
+    strict = MagnetarStreamReader.create({"adminUrl": sa.admin_url, "topic": topic}, SCHEMA)
+    with pytest.raises(DataLossError) as lost_read:
+        list(strict.read(planned_gone))
+    assert str(lost_read.value) == (
+        f"topic {topic}: entries from {gone}:0 to {gone}:{PER_LEDGER - 1} are gone (ledger {gone} was deleted "
+        "before the query read it). Set failOnDataLoss=false to skip what is gone and go on with the rest."
+    )
+    lenient = MagnetarStreamReader.create({"adminUrl": sa.admin_url, "topic": topic, "failOnDataLoss": "false"}, SCHEMA)
+    assert list(lenient.read(planned_gone)) == []
 
     q = start(spark, sa, out, ck, **opts)
     with pytest.raises(StreamingQueryException) as failure:

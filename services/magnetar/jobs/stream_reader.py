@@ -33,9 +33,11 @@ Options, besides the batch source's ``adminUrl``, ``topic`` / ``topics`` / ``nam
   ledgers' sizes) per micro-batch, shared fairly between the topics. Spark's ``Trigger.AvailableNow``
   and ``Trigger.Once`` lift them, as the ReadLimit API asks.
 - ``failOnDataLoss`` (default ``true``): when entries the query has not read were trimmed (its
-  subscription moved ahead or deleted, then retention ran), fail the query with a message naming
-  the topic and the missing range; ``false``: log a warning, count the gap in the offset's ``lost``
-  (seen in ``query.lastProgress`` sources' ``endOffset``) and go on after it.
+  subscription moved ahead or deleted, then retention ran; seen when a batch is planned, or when
+  a task finds the ledger of its range deleted since), fail the query with a message naming the
+  topic and the missing range; ``false``: log a warning, count the gap in the offset's ``lost``
+  (seen in ``query.lastProgress`` sources' ``endOffset``; a gap a task meets is only logged, by
+  that task) and go on after it.
 - ``predefinedSubscription``: the subscription that holds the progress; otherwise one named
   ``<subscriptionPrefix>-<random>`` (prefix default ``magnetar-stream``) is made when the query
   starts and kept in its checkpointed offsets, so a restart goes on with the same one.
@@ -61,6 +63,7 @@ from pyspark.sql.types import StructType
 
 from magnetar.jobs.admin_client import AdminClient, AdminError, topic_path
 from magnetar.jobs.export_progress import ExportProgress
+from magnetar.jobs.ledger_reads import EntryUnreadableError
 from magnetar.jobs.source_reads import RangePartition, ReadOptions, read_range_batches, typed_schema
 from magnetar.jobs.stream_offsets import (
     DataLossError,
@@ -71,6 +74,7 @@ from magnetar.jobs.stream_offsets import (
 )
 from magnetar.jobs.topic_plan import (
     PLAN_CONCURRENCY,
+    LedgerRange,
     Position,
     TopicNotFoundError,
     parse_position,
@@ -81,6 +85,7 @@ from magnetar.jobs.value_schema import TypedValues
 log = logging.getLogger(__name__)
 
 DEFAULT_SUBSCRIPTION_PREFIX = "magnetar-stream"
+FAIL_HINT = ". Set failOnDataLoss=false to skip what is gone and go on with the rest."
 
 
 def _flag(value: str | None, name: str, default: bool) -> bool:
@@ -276,9 +281,7 @@ class MagnetarStreamReader(DataSourceStreamReader):
                 lost[topic] = lost.get(topic, 0) + 1
             starts[topic] = resume
         if losses and self.options.fail_on_data_loss:
-            raise DataLossError(
-                "; ".join(losses) + ". Set failOnDataLoss=false to skip what is gone and go on with the rest."
-            )
+            raise DataLossError("; ".join(losses) + FAIL_HINT)
         for loss in losses:
             log.warning("magnetar stream: data loss skipped (failOnDataLoss=false): %s", loss)
         self._ensure(admin, states, starts)
@@ -332,5 +335,28 @@ class MagnetarStreamReader(DataSourceStreamReader):
         rng = getattr(partition, "range", None)
         if rng is None:
             return iter(())
+        return self._read_range(rng)
+
+    def _read_range(self, rng: LedgerRange) -> Iterator[Any]:
+        """The range's rows; a ledger deleted since the batch was planned is data loss (the
+        bookies no longer have it), anything else unreadable fails the task as in a batch read."""
         values = self.values.for_topic(rng.topic) if self.values is not None else None
-        return read_range_batches(rng, credentials=self.options.read.credentials, values=values)
+        try:
+            yield from read_range_batches(rng, credentials=self.options.read.credentials, values=values)
+        except EntryUnreadableError as exc:
+            if not self._ledger_gone(rng):
+                raise
+            loss = (
+                f"topic {rng.topic}: entries from {rng.ledger_id}:{rng.first_entry} to {rng.ledger_id}:"
+                f"{rng.last_entry} are gone (ledger {rng.ledger_id} was deleted before the query read it)"
+            )
+            if self.options.fail_on_data_loss:
+                raise DataLossError(loss + FAIL_HINT) from exc
+            log.warning("magnetar stream: data loss skipped (failOnDataLoss=false): %s", loss)
+
+    def _ledger_gone(self, rng: LedgerRange) -> bool:
+        try:
+            ledgers = self._admin().internal_stats(rng.topic).get("ledgers", [])
+        except AdminError as exc:
+            return exc.status == 404
+        return all(int(d["ledgerId"]) != rng.ledger_id for d in ledgers)
