@@ -318,6 +318,10 @@ def test_retention_sweep_keeps_what_a_lagging_query_has_not_committed(
     cursor = cursor_of(admin, topic, subscription)
     sizes = {d["ledgerId"]: d["entries"] for d in admin.internal_stats(topic)["ledgers"]}
     assert cursor is not None and min(sizes) < cursor[0]  # what the query passed is there: infinite retention
+    # The query is a consumer to the broker: its backlog is what it has not committed (one message an entry).
+    done = sum(n for lid, n in sizes.items() if lid < cursor[0]) + cursor[1] + 1
+    stats = admin.get(f"{topic_path(topic)}/stats")
+    assert stats["subscriptions"][subscription]["msgBacklog"] == len(acked) - done > 0
 
     # No retention from now on, given while the topic is unloaded (a loaded one would be trimmed by
     # its broker at once): what goes, the sweep removes.
