@@ -173,18 +173,25 @@ class CommittedFiles:
 
 
 def publish_paced(url: str, topic: str, rate: float, seconds: float) -> int:
-    """``rate`` msg/s for ``seconds``, each payload ``"<i> <time.time()>"``; the messages sent."""
+    """``rate`` msg/s for ``seconds``, each payload ``"<i> <time.time()>"``; the messages the
+    broker acknowledged (a send that failed is not expected to become visible)."""
+    acked: list[int] = []
     client = pulsar.Client(url)
     try:
-        producer = client.create_producer(topic)
+        producer = client.create_producer(topic, block_if_queue_full=True)
         n = int(rate * seconds)
         t0 = time.monotonic()
         for i in range(n):
             pause = t0 + i / rate - time.monotonic()
             if pause > 0:
                 time.sleep(pause)  # pacing the producer (a benchmark's load, not a wait on an event)
-            producer.send_async(f"{i} {time.time():.6f}".encode(), None)
+            producer.send_async(
+                f"{i} {time.time():.6f}".encode(),
+                lambda result, _id: acked.append(1) if result == pulsar.Result.Ok else None,
+            )
         producer.flush()
+        if len(acked) != n:
+            raise SystemExit(f"{n - len(acked)} of {n} sends failed")
         return n
     finally:
         client.close()
@@ -249,7 +256,8 @@ def latency(spark: Any, svc: Service, args: argparse.Namespace, sink: str, work:
     finally:
         client.close()
     if len(delays) != sent:
-        raise SystemExit(f"{len(delays)} of {sent} messages became visible through the {sink} query")
+        through_spark = f" (Spark reads {spark.read.parquet(str(out)).count()} rows there)" if sink == "parquet" else ""
+        raise SystemExit(f"{len(delays)} of {sent} messages became visible through the {sink} query{through_spark}")
     cuts = statistics.quantiles(delays, n=100, method="inclusive")
     return cuts[49] * 1000, cuts[98] * 1000
 
