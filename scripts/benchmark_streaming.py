@@ -23,8 +23,8 @@ topic, when a consumer of the output topic receives it. p50 and p99 over all the
 
 Medians over --runs runs; --quick is one small run of everything (a smoke test).
 
-Usage: scripts/benchmark_streaming.py [--runs 3] [--messages 1000000] [--size 100] [--master local[2]]
-       [--entries-per-trigger 100] [--entries-per-partition 50] [--rate 1000] [--latency-seconds 20]
+Usage: scripts/benchmark_streaming.py [--runs 3] [--messages 200000] [--size 100] [--master local[2]]
+       [--entries-per-trigger 20] [--entries-per-partition 10] [--rate 1000] [--latency-seconds 20]
        [--quick] [--json F]
 """
 
@@ -298,17 +298,17 @@ def one_run(spark: Any, args: argparse.Namespace, r: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument(
         "--entries-per-trigger",
         type=int,
-        default=100,
-        help="maxEntriesPerTrigger of the throughput queries (1,000 messages per entry: 1M messages are 10 batches)",
+        default=20,
+        help="maxEntriesPerTrigger of the throughput queries (about 1,000 messages per entry: 200,000 make 10 batches)",
     )
     ap.add_argument(
-        "--entries-per-partition", type=int, default=50, help="entries per Spark task, the export's too (2 per batch)"
+        "--entries-per-partition", type=int, default=10, help="entries per Spark task, the export's too (2 per batch)"
     )
     ap.add_argument("--rate", type=float, default=1000.0, help="msg/s published during the latency runs")
     ap.add_argument("--latency-seconds", type=float, default=20.0, help="how long each latency run publishes")
