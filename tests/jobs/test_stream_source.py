@@ -260,6 +260,25 @@ def test_starting_offsets_latest_and_json_and_max_entries(
     assert max(batches) == 50 and sum(batches) == len(expected) == 220
     assert len([n for n in batches if n]) == 5  # 220 entries, 50 at a time
 
+    # Trigger.AvailableNow: everything there when it starts, within the limits, then the query ends
+    q = (
+        spark.readStream.format("magnetar")
+        .option("adminUrl", sa.admin_url)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxEntriesPerTrigger", 100)
+        .load()
+        .select(*COLUMNS)
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "now"))
+        .option("checkpointLocation", str(tmp_path / "ck-now"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert q.awaitTermination(120)
+    check_exact(landed(spark, tmp_path / "now"), {**before, **after})
+    assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [100, 100, 100, 20]
+
 
 # ------------------------------------------------------------------------------ topics that appear
 

@@ -30,8 +30,8 @@ Options, besides the batch source's ``adminUrl``, ``topic`` / ``topics`` / ``nam
   is the last entry *not* to read, as ``startAfter``; a topic left out starts at earliest). It
   applies only when a query starts; a restart goes on from the checkpoint.
 - ``maxEntriesPerTrigger`` / ``maxBytesPerTrigger``: at most that many entries / bytes (from the
-  ledgers' sizes) per micro-batch, shared fairly between the topics. Spark's ``Trigger.AvailableNow``
-  and ``Trigger.Once`` lift them, as the ReadLimit API asks.
+  ledgers' sizes) per micro-batch, shared fairly between the topics. ``Trigger.AvailableNow``
+  reads what was confirmed when it started in batches within them; ``Trigger.Once`` lifts them.
 - ``failOnDataLoss`` (default ``true``): when entries the query has not read were trimmed (its
   subscription moved ahead or deleted, then retention ran; seen when a batch is planned, or when
   a task finds the ledger of its range deleted since), fail the query with a message naming the
@@ -54,11 +54,17 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from magnetar.jobs.admin_client import AdminClient, AdminError, topic_path
@@ -180,7 +186,7 @@ class StreamPartition(RangePartition):
     """One Spark task of a micro-batch: one ledger range (None: the placeholder of an empty batch)."""
 
 
-class MagnetarStreamReader(DataSourceStreamReader):
+class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans the micro-batches (driver, in one long-lived Python process) and reads their ranges
     (executors, pickled: so plain data, no client objects kept)."""
 
@@ -189,6 +195,7 @@ class MagnetarStreamReader(DataSourceStreamReader):
         self.values = values
         self._subscription = options.subscription
         self._committed: dict[str, Position] = {}
+        self._until: dict[str, Position] | None = None  # Trigger.AvailableNow: what was there at its start
 
     @classmethod
     def create(cls, options: Mapping[str, Any], schema: StructType) -> MagnetarStreamReader:
@@ -254,6 +261,12 @@ class MagnetarStreamReader(DataSourceStreamReader):
         self._ensure(admin, states, positions)
         return StreamOffset(self._subscription_name(), positions).to_json()
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """``Trigger.AvailableNow``: read what is confirmed now (in batches within the read limits),
+        nothing published later and no topic that appears later, then let the query end."""
+        admin = self._admin()
+        self._until = {t: state.confirmed for t, state in self._states(admin, self._topics(admin)).items()}
+
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_entries is not None:
             return ReadMaxRows(self.options.max_entries)
@@ -267,6 +280,9 @@ class MagnetarStreamReader(DataSourceStreamReader):
         admin = self._admin()
         # Topics resolved again each batch; one no longer there keeps its position, unread.
         states = self._states(admin, self._topics(admin))
+        if self._until is not None:
+            until = self._until
+            states = {t: replace(st, confirmed=min(st.confirmed, until[t])) for t, st in states.items() if t in until}
         starts: dict[str, Position] = {}
         lost = dict(begin.lost)
         losses: list[str] = []
