@@ -358,6 +358,9 @@ def test_retention_sweep_keeps_what_a_lagging_query_has_not_committed(
     q = start(spark, sa, out, ck, **opts)  # the same query again: it finds all it had not read
     try:
         q.processAllAvailable()
+        # All landed and nothing new: the subscription has caught up, not one micro-batch behind.
+        stats = admin.get(f"{topic_path(topic)}/stats")
+        assert stats["subscriptions"][subscription]["msgBacklog"] == 0
     finally:
         q.stop()
     check_exact(landed(spark, out), acked)

@@ -301,6 +301,11 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for loss in losses:
             log.warning("magnetar stream: data loss skipped (failOnDataLoss=false): %s", loss)
         self._ensure(admin, states, starts)
+        # Spark plans a batch only once the one before it has been written and logged as committed,
+        # so everything up to ``start`` is landed: the subscription moves there now. Spark's own
+        # ``commit`` of that batch comes only when it plans the next batch with data, so without
+        # this an idle query's subscription (and its backlog) would stay one batch behind.
+        self._move(subscription, {t: p for t, p in begin.positions.items() if t in states and starts.get(t) == p})
         unlimited = isinstance(limit, ReadAllAvailable)
         max_entries = None if unlimited else self.options.max_entries
         max_bytes = None if unlimited else self.options.max_bytes
@@ -331,8 +336,11 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Move the query's subscription to the end of the finished batch, topic by topic. A broker
         that cannot be reached now only delays it: the next commit moves it further."""
         offset = StreamOffset.from_json(end)
-        cursor = QueryCursor(self._admin(), self._subscription_name(offset))
-        for topic, pos in offset.positions.items():
+        self._move(self._subscription_name(offset), offset.positions)
+
+    def _move(self, subscription: str, positions: Mapping[str, Position]) -> None:
+        cursor = QueryCursor(self._admin(), subscription)
+        for topic, pos in positions.items():
             if self._committed.get(topic) == pos:
                 continue
             try:
