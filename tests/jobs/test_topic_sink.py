@@ -4,8 +4,8 @@ Shown here: a batch write of keyed rows with properties and event times to two t
 them partitioned) reads back exactly, field by field; a micro-batch written again (its tasks run
 twice, one of them cut short first, or the query restarted from a checkpoint whose commit was
 lost) stores nothing twice; a streaming query whose driver is killed with SIGKILL twice and
-restarted from its checkpoint leaves each row in the target topic exactly once, from files and
-from a topic (topic -> topic, 200,000 acknowledged messages); and the one-line refusals: a target
+restarted from its checkpoint leaves each row in the target topic exactly once (topic -> topic,
+200,000 acknowledged messages); and the one-line refusals: a target
 without deduplication (naming the command that turns it on), an unknown namespace, a missing or
 mistyped column.
 """
@@ -300,36 +300,6 @@ def _kill_twice_and_finish(
     finally:
         driver.stop()
     assert driver.starts == 3
-
-
-@pytest.mark.timeout(900)
-def test_files_to_topic_exactly_once_across_two_driver_kills(
-    spark: Any, sa: StandaloneProcess, admin: AdminClient, tmp_path: Path
-) -> None:
-    ns = namespace(admin)
-    topic = f"persistent://{ns}/from-files"
-    admin.put(f"persistent/{ns}/from-files/partitions", 2)
-    source = tmp_path / "in"
-    source.mkdir()
-    expected = set()
-    for f in range(30):
-        lines = [f"f{f:02d}-{i:04d}" for i in range(1000)]
-        expected |= {line.encode() for line in lines}
-        (source / f"part-{f:02d}.txt").write_text("\n".join(lines) + "\n")
-    driver = StreamDriver(
-        {
-            "source": "text",
-            "options": {"path": str(source), "maxFilesPerTrigger": 2},
-            "format": "magnetar",
-            "sink_options": sink_options(sa, topic),
-            "checkpoint": str(tmp_path / "checkpoint"),
-            "trigger_seconds": 0.2,
-            "stop_after_idle_batches": 1,
-        },
-        tmp_path / "driver",
-    )
-    _kill_twice_and_finish(driver, 3)
-    assert_exactly_once(payload_counts(spark, sa, topic), expected)
 
 
 async def _produce(url: str, topic: str, count: int, gates: dict[int, threading.Event]) -> set[bytes]:
