@@ -262,8 +262,9 @@ def _remove_claim(kube: SparkKube, owner: Mapping[str, Any]) -> bool:
 
 
 async def streaming_lags(kube: SparkKube) -> dict[tuple[str, str], int | None]:
-    """The backlog of each streaming application's progress subscription, from the broker's topic
-    stats (None while the subscription does not exist yet, or when the broker cannot answer)."""
+    """The entries each streaming application's progress subscription has yet to pass, from the
+    broker's internal stats (None while the subscription does not exist yet, or when the broker
+    cannot answer)."""
     lags: dict[tuple[str, str], int | None] = {}
     apps = await asyncio.to_thread(kube.list_objects, API_VERSION, APP, f"{LABEL_JOB}={streaming.STREAM}")
     for app in apps:
@@ -272,14 +273,14 @@ async def streaming_lags(kube: SparkKube) -> dict[tuple[str, str], int | None]:
         if scope is None:
             continue
         try:
-            lags[key] = streaming.sum_backlog(await _topic_stats(scope[0], scope[1]), scope[2])
+            lags[key] = streaming.entries_behind(await _internal_stats(scope[0], scope[1]), scope[2])
         except AdminError:
             lags[key] = None
     return lags
 
 
-async def _topic_stats(scope: str, value: str) -> list[dict[str, Any]]:
-    """Stats of every partition of a topic, or of every topic of a namespace."""
+async def _internal_stats(scope: str, value: str) -> list[dict[str, Any]]:
+    """Internal stats (ledgers and cursors) of every partition of a topic, or of every topic of a namespace."""
     admin = runtime.admin()
     if scope == "--namespace":
         tenant, _, local = value.partition("/")
@@ -293,7 +294,7 @@ async def _topic_stats(scope: str, value: str) -> list[dict[str, Any]]:
         path = name.removeprefix("persistent://")
         try:
             found = await admin.request(
-                "GET", "persistent/" + "/".join(quote(p, safe="") for p in path.split("/")) + "/stats"
+                "GET", "persistent/" + "/".join(quote(p, safe="") for p in path.split("/")) + "/internalStats"
             )
         except NotFound:
             continue  # a partition or topic not created yet

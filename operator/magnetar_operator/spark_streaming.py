@@ -204,14 +204,25 @@ def parse_progress(text: str | None) -> dict[str, Any]:
     return out
 
 
-def sum_backlog(stats: Sequence[Mapping[str, Any]], name: str) -> int | None:
-    """The subscription's backlog over topic stats documents; None when no topic has it yet."""
+def entries_behind(stats: Sequence[Mapping[str, Any]], name: str) -> int | None:
+    """The entries the subscription ``name`` has yet to pass, over internal stats documents (one
+    per partition or topic): those after its mark-delete position, counted from each ledger's
+    ``entries``. Entries, not messages, because the query's offsets and ``maxEntriesPerTrigger``
+    count entries (a batch of many messages is one). None when no topic has the subscription yet."""
     total, seen = 0, False
     for doc in stats:
-        sub = (doc.get("subscriptions") or {}).get(name)
-        if isinstance(sub, Mapping):
-            seen = True
-            total += int(sub.get("msgBacklog") or 0)
+        cursor = (doc.get("cursors") or {}).get(name)
+        if not isinstance(cursor, Mapping):
+            continue
+        seen = True
+        ledger_text, _, entry_text = str(cursor.get("markDeletePosition") or "-1:-1").partition(":")
+        ledger, entry = int(ledger_text), int(entry_text or -1)
+        for info in doc.get("ledgers") or []:
+            lid, entries = int(info.get("ledgerId", -1)), int(info.get("entries") or 0)
+            if lid > ledger:
+                total += entries
+            elif lid == ledger:
+                total += max(entries - (entry + 1), 0)
     return total if seen else None
 
 
