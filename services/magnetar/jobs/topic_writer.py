@@ -92,9 +92,15 @@ def _task() -> Any:
     return context
 
 
-def _check_overwrite(overwrite: bool) -> None:
+def _checked(options: Mapping[str, Any], schema: StructType, overwrite: bool) -> SinkOptions:
+    """The options of a batch or streaming write, refused at once if they cannot work: overwrite
+    mode, or a fixed target topic without deduplication."""
     if overwrite:
         raise ValueError("the magnetar sink appends to topics: mode overwrite is not supported (use append)")
+    parsed = SinkOptions.parse(options, schema)
+    if parsed.topic is not None:
+        ensure_deduplication(parsed, parsed.topic)
+    return parsed
 
 
 class TopicWriter(DataSourceWriter):
@@ -105,10 +111,7 @@ class TopicWriter(DataSourceWriter):
 
     @classmethod
     def create(cls, options: Mapping[str, Any], schema: StructType, overwrite: bool) -> TopicWriter:
-        _check_overwrite(overwrite)
-        parsed = SinkOptions.parse(options, schema)
-        if parsed.topic is not None:
-            ensure_deduplication(parsed, parsed.topic)
+        parsed = _checked(options, schema, overwrite)
         if parsed.writer_id is None:  # a fresh id per write: task retries dedup, a re-run publishes again
             parsed = _with_writer_id(parsed, uuid.uuid4().hex)
         return cls(parsed)
@@ -126,11 +129,7 @@ class TopicStreamWriter(DataSourceStreamWriter):
 
     @classmethod
     def create(cls, options: Mapping[str, Any], schema: StructType, overwrite: bool) -> TopicStreamWriter:
-        _check_overwrite(overwrite)
-        parsed = SinkOptions.parse(options, schema)
-        if parsed.topic is not None:
-            ensure_deduplication(parsed, parsed.topic)
-        return cls(parsed)
+        return cls(_checked(options, schema, overwrite))
 
     def write(self, iterator: Iterator[Any]) -> Published:
         context = _task()
