@@ -24,6 +24,9 @@ BROKERS_AVAILABLE = "/brokers/available"
 OWNERSHIP = "/ownership"
 UNDERREPLICATED = "/underreplicated"
 SCHEMAS = "/schemas"
+LOADBALANCE_BROKERS = "/loadbalance/brokers"
+LOADBALANCE_LEADER = "/loadbalance/leader"
+BUNDLE_DESTINATIONS = "/loadbalance/bundle-destinations"
 
 
 def _segment(kind: str, value: str) -> str:
@@ -120,6 +123,19 @@ def bookie_cookie(bookie_id: str) -> str:
 def broker_available(broker_id: str) -> str:
     """Ephemeral registration of a live broker; its value is the broker's service and admin URLs."""
     return f"{BROKERS_AVAILABLE}/{_segment('broker id', broker_id)}"
+
+
+def load_report(broker_id: str) -> str:
+    """A broker's load report (Pulsar's ``/loadbalance/brokers/{broker}``, ``LocalBrokerData`` JSON),
+    ephemeral: a dead broker's report goes with its session."""
+    return f"{LOADBALANCE_BROKERS}/{_segment('broker id', broker_id)}"
+
+
+def bundle_destination(tenant_name: str, ns: str, bundle: str) -> str:
+    """Where the next owner of an unloaded bundle should be (``unload --destinationBroker``, and the
+    leader's choice when it sheds), read by the placement of that bundle."""
+    t, n, b = _segment("tenant", tenant_name), _segment("namespace", ns), _segment("bundle", bundle)
+    return f"{BUNDLE_DESTINATIONS}/{t}/{n}/{b}"
 
 
 def ownership(tenant_name: str, ns: str, bundle: str) -> str:
