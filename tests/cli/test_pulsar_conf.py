@@ -110,7 +110,7 @@ def test_a_pulsar_standalone_conf_starts_and_reports_unused_keys_once(tmp_path: 
         "zookeeperServers=\nconfigurationStoreServers=\n"
         "clusterName=conf-cluster\n"
         "brokerShutdownTimeoutMs=3000\n"
-        "loadBalancerEnabled=false\n"
+        "loadManagerClassName=org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl\n"
         "managedLedgerCacheSizeMB=1024\n"
         "maxUnackedMessagesPerConsumer=50000\n"
     )
@@ -121,6 +121,6 @@ def test_a_pulsar_standalone_conf_starts_and_reports_unused_keys_once(tmp_path: 
     warnings = [line for line in log.splitlines() if "does not use" in line]
     assert warnings == [
         f"magnetar standalone: {conf}: ignoring 5 setting(s) that magnetar standalone does not use: "
-        "brokerShutdownTimeoutMs, configurationStoreServers, loadBalancerEnabled, managedLedgerCacheSizeMB, "
+        "brokerShutdownTimeoutMs, configurationStoreServers, loadManagerClassName, managedLedgerCacheSizeMB, "
         "zookeeperServers"
     ], log

@@ -80,7 +80,7 @@ managedLedgerDefaultWriteQuorum=1
 managedLedgerDefaultAckQuorum=1
 managedLedgerMaxEntriesPerLedger=50000
 managedLedgerMinLedgerRolloverTimeMinutes=10
-loadBalancerEnabled=false
+loadManagerClassName=org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl
 """
 
 
@@ -149,7 +149,7 @@ def test_unused_pulsar_keys_are_reported_once(setup: Setup) -> None:
     log = setup.sa.log_path.read_text()
     lines = [line for line in log.splitlines() if "does not use" in line]
     assert len(lines) == 1, log
-    for key in ("zookeeperServers", "loadBalancerEnabled", "tlsEnabled", "managedLedgerDefaultAckQuorum"):
+    for key in ("zookeeperServers", "loadManagerClassName", "tlsEnabled", "managedLedgerDefaultAckQuorum"):
         assert key in lines[0]
     for key in ("anonymousUserRole", "basicAuthConf", "tokenSecretKey", "clusterName", "authenticationProviders"):
         assert key not in lines[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from magnetar.broker.loadbalance.settings import LoadBalancerSettings
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 
@@ -119,6 +120,8 @@ class BrokerConfig:
     is_schema_validation_enforced: bool = False
     is_allow_auto_update_schema_enabled: bool = True
     managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
+    # The load manager's settings under their broker.conf names (broker/loadbalance/settings.py).
+    load_balancer: LoadBalancerSettings = field(default_factory=LoadBalancerSettings)
 
     @property
     def advertised_host(self) -> str:

@@ -10,7 +10,7 @@ or else by its first setting (``key=value`` or ``key: value``):
 
 - Pulsar's own properties files (cli/properties_file.py), so that an operator's ``standalone.conf``
   runs as it is. Such a file carries every setting Pulsar has, most of which Magnetar has no use
-  for (ZooKeeper, the load balancer, the JVM's caches): they are listed once, in one warning line,
+  for (ZooKeeper, the JVM's caches): they are listed once, in one warning line,
   and ignored. A blank value leaves its setting at the default, as in Pulsar (a blank
   ``brokerServicePort`` or ``webServicePort`` switches that listener off, as there).
 - YAML (the Kubernetes chart writes these): a file written for Magnetar, so an unknown key is an
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from magnetar.cli.flag_types import flag_optional_port, kind_of
+from magnetar.cli.load_balancer_flags import KEYS as LOAD_BALANCER_KEYS
 from magnetar.cli.properties_file import PropertiesError, parse_properties
 
 KEYS: dict[str, dict[str, str]] = {
@@ -111,6 +112,8 @@ KEYS: dict[str, dict[str, str]] = {
         "schemaCompatibilityStrategy": "schema_compatibility_strategy",
         "isSchemaValidationEnforced": "is_schema_validation_enforced",
         "isAllowAutoUpdateSchemaEnabled": "is_allow_auto_update_schema_enabled",
+        # The load manager's (cli/load_balancer_flags.py, from broker/loadbalance/settings.py)
+        **LOAD_BALANCER_KEYS,
     },
     "bookie": {
         "metadataUrl": "metadata_url",

@@ -103,6 +103,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     from magnetar.cli.auth_flags import auth_settings, check_auth_settings
     from magnetar.cli.limit_flags import limit_settings
     from magnetar.cli.listener_flags import listener_settings
+    from magnetar.cli.load_balancer_flags import load_balancer_settings
     from magnetar.cli.schema_flags import schema_settings
     from magnetar.node.standalone import Standalone, StandaloneConfig
 
@@ -119,6 +120,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         **auth_settings(args),
         **limit_settings(args),
         **schema_settings(args),
+        **load_balancer_settings(args),
     )
     check_auth_settings(broker)
     broker_flags.check_tls_settings(broker)
@@ -200,6 +202,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from magnetar.cli.bookie_security_flags import bookkeeper_client_settings, checked, client_security
     from magnetar.cli.limit_flags import limit_settings
     from magnetar.cli.listener_flags import listener_settings
+    from magnetar.cli.load_balancer_flags import load_balancer_settings
     from magnetar.cli.schema_flags import schema_settings
     from magnetar.node.broker import BrokerNode
 
@@ -219,6 +222,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         **auth_settings(args),
         **limit_settings(args),
         **schema_settings(args),
+        **load_balancer_settings(args),
         **bookkeeper_client_settings(args),
     )
     check_auth_settings(config)
@@ -307,6 +311,7 @@ def _add_server_commands(sub: Any) -> None:
     from magnetar.cli.bookie_security_flags import add_bookie_server_flags, add_bookkeeper_client_flags
     from magnetar.cli.limit_flags import add_limit_flags
     from magnetar.cli.listener_flags import add_listener_flags
+    from magnetar.cli.load_balancer_flags import add_load_balancer_flags
     from magnetar.cli.schema_flags import add_schema_flags
     from magnetar.cli.scrub_flags import add_scrub_flags
     from magnetar.cli.tokens import add_tokens_command
@@ -330,6 +335,7 @@ def _add_server_commands(sub: Any) -> None:
     add_limit_flags(sa)
     add_schema_flags(sa)
     add_listener_flags(sa)
+    add_load_balancer_flags(sa)
     _add_journal_flag(sa)
     sa.set_defaults(func=cmd_standalone, _parser=sa)
 
@@ -388,6 +394,7 @@ def _add_server_commands(sub: Any) -> None:
     add_schema_flags(br)
     add_bookkeeper_client_flags(br)
     add_listener_flags(br)
+    add_load_balancer_flags(br)
     br.set_defaults(func=cmd_broker, _parser=br)
 
     lc = sub.add_parser("local-cluster", help="etcd + N bookies + M brokers as child processes on loopback")

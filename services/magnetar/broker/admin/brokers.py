@@ -78,9 +78,12 @@ def runtime_configuration(service: BrokerService) -> dict[str, str]:
         if f.name in _SECRET:
             continue
         value = getattr(config, f.name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):  # the managed ledger's own
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
             for inner in dataclasses.fields(value):
-                out["managedLedger" + _camel("_" + inner.name)] = _text(getattr(value, inner.name))
+                # The load balancer's fields carry their broker.conf key; the managed ledger's are
+                # its camelCase names after managedLedger.
+                key = inner.metadata.get("key") or "managedLedger" + _camel("_" + inner.name)
+                out[key] = _text(getattr(value, inner.name))
             continue
         if isinstance(value, dict):
             value = ",".join(f"{k}:{v}" for k, v in value.items())
