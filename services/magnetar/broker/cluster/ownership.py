@@ -1,16 +1,23 @@
 """Namespace bundles and their ownership by brokers, through ephemeral keys in the metadata store.
 
-A namespace is split into ``bundles`` hash ranges of the 32-bit CRC32C of the topic name (Pulsar
-uses Murmur3 and 4 bundles by default). A bundle is owned by the broker that created
+A namespace is split into bundles: hash ranges of the 32-bit CRC32C of the topic name (Pulsar uses
+Murmur3). Its ranges are those stored under ``bundles`` in its policies (Pulsar's BundlesData, written
+by ``namespaces create --bundles`` and by splits), else the broker's ``bundles`` equal ranges (Pulsar's
+``defaultNumberOfNamespaceBundles``), so a namespace created before splits existed keeps its bundles.
+The ranges are cached per namespace and refreshed on every change of the namespace's record
+(``namespace_changed``); ``acquire`` reads them again before it writes an ownership key, so a stale
+cache never takes a bundle that a split has just replaced. A bundle is owned by the broker that created
 ``/ownership/{tenant}/{ns}/{bundle}`` — an ephemeral key, so ownership ends with the broker's
 session: a broker that dies or is paused past its lease loses every bundle at once, and the next
 lookup gives them to a live broker, which fences and recovers each topic's last ledger before it
 writes (managed ledger ``open``).
 
-Unowned bundles are placed by rendezvous hashing over the live brokers (``/brokers/available``),
-so bundles spread across brokers without a central balancer and every broker computes the same
-answer from the same membership. A broker asked about a bundle that should go elsewhere answers
-with a redirect to that broker, which then takes it.
+Unowned bundles are placed by, in order: a live destination chosen when the bundle was unloaded
+(``unload --destinationBroker``, or the leader's shedding: ``paths.bundle_destination``, deleted
+once the bundle is taken); the load manager's choice (the ``choose`` hook); else rendezvous hashing
+over the live brokers (``/brokers/available``), so bundles spread without a central balancer and
+every broker computes the same answer from the same membership. A broker asked about a bundle that
+should go elsewhere answers with a redirect to that broker, which then takes it.
 
 Namespace isolation policies (``isolation.py``) narrow the live brokers to those that may own the
 namespace before the rendezvous choice, and a broker refuses to take a bundle the policies give to
@@ -19,15 +26,17 @@ others (``acquire``), so a direct producer or subscribe on the wrong broker load
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.broker.cluster.advertised_listeners import Listener, choose, from_doc, to_doc
 from magnetar.broker.cluster.isolation import NamespaceIsolation, NoBrokerAvailable
+from magnetar.broker.loadbalance.bundle_ranges import BundleRanges, InvalidBundle, equal
 from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
 from magnetar.protocol.checksum import crc32c
@@ -35,8 +44,6 @@ from magnetar.protocol.errors import BadVersion, NotFound, ServiceNotReady
 from magnetar.protocol.topic_name import TopicName
 
 log = logging.getLogger(__name__)
-
-FULL_RANGE = 1 << 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,14 +98,20 @@ class BrokerInfo:
         )
 
 
-def bundle_of(topic: TopicName, bundles: int) -> str:
-    """The bundle (``0x00000000_0x40000000`` style, as Pulsar names them) holding ``topic``."""
-    h = crc32c(str(topic.partitioned_base if topic.partition_index < 0 else topic).encode())
-    size = FULL_RANGE // bundles
-    idx = min(h // size, bundles - 1)
-    lo = idx * size
-    hi = FULL_RANGE if idx == bundles - 1 else lo + size
-    return f"0x{lo:08x}_0x{hi - 1 if hi == FULL_RANGE else hi:08x}"
+def topic_hash(topic: TopicName) -> int:
+    """The 32-bit hash placing ``topic`` in a bundle (a partition hashes by its own full name)."""
+    return crc32c(str(topic.partitioned_base if topic.partition_index < 0 else topic).encode())
+
+
+def bundle_of(topic: TopicName, bundles: int | BundleRanges) -> str:
+    """The bundle (``0x00000000_0x40000000`` style, as Pulsar names them) holding ``topic``, among
+    ``bundles`` equal ranges or the given ranges."""
+    ranges = equal(bundles) if isinstance(bundles, int) else bundles
+    return ranges.find(topic_hash(topic))
+
+
+# The load manager's placement: (candidate brokers, full bundle name ``tenant/ns/0x.._0x..``) -> one.
+ChooseBroker = Callable[[list["BrokerInfo"], str], "BrokerInfo"]
 
 
 def _score(bundle_path: str, broker_id: str) -> int:
@@ -117,8 +130,12 @@ class Ownership:
         self.store = store
         self.me = me
         self.bundles = bundles
+        self.default_ranges = equal(bundles)
         self.owned: set[str] = set()
         self.isolation = isolation
+        self.choose: ChooseBroker | None = None  # set by the load manager; else rendezvous
+        self._ranges: dict[str, BundleRanges] = {}  # "tenant/ns" -> its stored ranges
+        self._refreshing: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ membership
     async def register(self) -> None:
@@ -141,12 +158,57 @@ class Ownership:
     async def _ids(self) -> list[str]:
         return [b.broker_id for b in await self.live_brokers()]
 
+    # ------------------------------------------------------------------ bundle ranges
+    def ranges_of(self, tenant: str, ns: str) -> BundleRanges:
+        """The namespace's ranges as last read (the default equal ranges until read)."""
+        return self._ranges.get(f"{tenant}/{ns}", self.default_ranges)
+
+    async def read_ranges(self, tenant: str, ns: str) -> tuple[BundleRanges, int | None]:
+        """(ranges, version of the namespace record) from the store, cached; version None when the
+        namespace does not exist (its default ranges then)."""
+        found = await self.store.get(paths.namespace(tenant, ns))
+        if found is None:
+            self._ranges.pop(f"{tenant}/{ns}", None)
+            return self.default_ranges, None
+        ranges = self.default_ranges
+        try:
+            raw = json.loads(found.value).get("bundles")
+            if raw is not None:
+                ranges = BundleRanges.from_json(raw)
+        except (ValueError, AttributeError, InvalidBundle) as exc:
+            log.warning("namespace %s/%s: unreadable bundles %s; using %d equal ones", tenant, ns, exc, self.bundles)
+        self._ranges[f"{tenant}/{ns}"] = ranges
+        return ranges, found.version
+
+    def namespace_changed(self, tenant: str, ns: str) -> None:
+        """The namespace's record changed (the namespaces watch): read its ranges again."""
+        task = asyncio.get_running_loop().create_task(self._refresh(tenant, ns))
+        self._refreshing.add(task)
+        task.add_done_callback(self._refreshing.discard)
+
+    async def _refresh(self, tenant: str, ns: str) -> None:
+        try:
+            await self.read_ranges(tenant, ns)
+        except Exception as exc:  # the store is away: the next acquire reads them again
+            log.info("bundle ranges of %s/%s not refreshed: %s", tenant, ns, exc)
+
+    def set_ranges(self, tenant: str, ns: str, ranges: BundleRanges) -> None:
+        """Ranges this broker has just written (a split): used at once, before the watch fires."""
+        self._ranges[f"{tenant}/{ns}"] = ranges
+
     # ------------------------------------------------------------------ bundles
+    def bundle_name(self, topic: TopicName) -> str:
+        return self.ranges_of(topic.tenant, topic.namespace).find(topic_hash(topic))
+
     def bundle_path(self, topic: TopicName) -> str:
-        return paths.ownership(topic.tenant, topic.namespace, bundle_of(topic, self.bundles))
+        return paths.ownership(topic.tenant, topic.namespace, self.bundle_name(topic))
+
+    async def _fresh_path(self, topic: TopicName) -> str:
+        await self.read_ranges(topic.tenant, topic.namespace)
+        return self.bundle_path(topic)
 
     async def owner(self, topic: TopicName) -> BrokerInfo | None:
-        found = await self.store.get(self.bundle_path(topic))
+        found = await self.store.get(await self._fresh_path(topic))
         return BrokerInfo.from_json(found.value) if found is not None else None
 
     def owns(self, topic: TopicName) -> bool:
@@ -155,6 +217,9 @@ class Ownership:
     async def acquire(self, topic: TopicName) -> BrokerInfo:
         """Take the topic's bundle if nobody owns it; return whoever owns it afterwards."""
         path = self.bundle_path(topic)
+        if path in self.owned:
+            return self.me
+        path = await self._fresh_path(topic)  # a split may have replaced the bundle: never take a gone one
         if path in self.owned:
             return self.me
         if self.isolation is not None:  # refuse before taking it: ServiceNotReady naming the policy
@@ -180,7 +245,19 @@ class Ownership:
             return current
         self.owned.add(path)
         log.info("broker %s now owns bundle %s", self.me.broker_id, path)
+        await self._drop_destination(topic.tenant, topic.namespace, path.rsplit("/", 1)[-1])
         return self.me
+
+    async def _drop_destination(self, tenant: str, ns: str, bundle: str) -> None:
+        """The destination hint has served once the bundle is owned again (by anyone)."""
+        try:
+            await self.store.delete(paths.bundle_destination(tenant, ns, bundle))
+        except NotFound:
+            pass
+
+    async def set_destination(self, tenant: str, ns: str, bundle: str, broker_id: str) -> None:
+        """Where the next placement of ``bundle`` should go (``unload --destinationBroker``)."""
+        await self.store.put(paths.bundle_destination(tenant, ns, bundle), broker_id.encode())
 
     async def acquire_or_place(self, topic: TopicName) -> BrokerInfo:
         """``acquire``, except that a broker the isolation policies keep out of the bundle answers
@@ -193,8 +270,9 @@ class Ownership:
             return await self.placement(topic)
 
     async def placement(self, topic: TopicName) -> BrokerInfo:
-        """Where an unowned bundle should go: the live broker with the highest rendezvous score,
-        among those the namespace isolation policies allow (NoBrokerAvailable when none)."""
+        """Where an unowned bundle should go, among the live brokers the namespace isolation
+        policies allow (NoBrokerAvailable when none): a live destination hint, else the ``choose``
+        hook's pick, else the highest rendezvous score."""
         brokers = await self.live_brokers()
         if self.isolation is not None:
             ns = f"{topic.tenant}/{topic.namespace}"
@@ -202,6 +280,15 @@ class Ownership:
             brokers = [b for b in brokers if b.broker_id in allowed]
         if not brokers:
             return self.me
+        bundle = self.bundle_name(topic)
+        hint = await self.store.get(paths.bundle_destination(topic.tenant, topic.namespace, bundle))
+        if hint is not None:
+            wanted = hint.value.decode()
+            for b in brokers:
+                if b.broker_id == wanted:
+                    return b
+        if self.choose is not None:
+            return self.choose(brokers, f"{topic.tenant}/{topic.namespace}/{bundle}")
         path = self.bundle_path(topic)
         return max(brokers, key=lambda b: _score(path, b.broker_id))
 
@@ -227,7 +314,7 @@ class Ownership:
 
     async def lookup(self, topic: TopicName) -> tuple[BrokerInfo, bool]:
         """(broker, redirect): the owner with redirect False, or a broker to ask with redirect True."""
-        path = self.bundle_path(topic)
+        path = await self._fresh_path(topic)
         found = await self.store.get(path)
         current = BrokerInfo.from_json(found.value) if found is not None else None
         if found is not None and current is not None:

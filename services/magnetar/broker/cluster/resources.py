@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from magnetar.broker.loadbalance.bundle_ranges import BundleRanges, InvalidBundle
 from magnetar.broker.policies.model import PolicyError, check_consistent, normalize_all, updated
 from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
@@ -95,6 +96,11 @@ class Resources:
     async def create_namespace(self, tenant: str, ns: str, policies: dict[str, Any] | None) -> None:
         await self.get_tenant(tenant)
         doc = normalize_all(policies or {})
+        if (policies or {}).get("bundles") is not None:  # Pulsar's BundlesData: {numBundles} or {boundaries}
+            try:
+                doc["bundles"] = BundleRanges.from_json((policies or {})["bundles"]).to_json()
+            except InvalidBundle as exc:
+                raise PolicyError(str(exc), status=412) from None
         try:
             await self.store.put(paths.namespace(tenant, ns), json.dumps(doc).encode(), MUST_NOT_EXIST)
         except BadVersion as exc:
