@@ -379,6 +379,8 @@ class BrokerService(BrokerAddresses):
             return
         tenant, ns = parts[1], parts[2]
         local = parts[3] if parts[0] == paths.TOPICS.strip("/") and len(parts) > 3 else None
+        if self.ownership is not None and parts[0] == paths.NAMESPACES.strip("/") and len(parts) == 3:
+            self.ownership.namespace_changed(tenant, ns)  # its bundle ranges (a split, a create)
         if local is None:
             self.non_persistent.namespace_policies_changed(tenant, ns)
         keys = self.topics.in_namespace(tenant, ns) if local is None else self.topics.named(tenant, ns, local)
