@@ -6,6 +6,11 @@ create. A background task applies it at startup and then every drift interval, s
 StatefulSet or a hand-edited replica count comes back. Restarts are the StatefulSet's
 RollingUpdate: one broker at a time, gated on the readiness probe (DESIGN.md section 6).
 
+Who sizes the pool: the replica count from the chart, unless the chart's brokers.autoscaling is
+on (MAGNETAR_BROKER_AUTOSCALING). Then a HorizontalPodAutoscaler owns spec.replicas, and the
+operator writes it only when it creates the StatefulSet; patching it back every interval would
+undo each of the autoscaler's decisions.
+
 Who removes the pool: nothing in Kubernetes owns it unless we say so, and `helm uninstall` only
 deletes what the chart rendered — the operator's Deployment, not the StatefulSet the operator
 made. So when MAGNETAR_OPERATOR_DEPLOYMENT names that Deployment, every child of the pool carries
@@ -44,6 +49,9 @@ def pool_set(settings: Settings) -> BrokerSet:
         resources=settings.broker_resources,
         image_pull_policy=settings.image_pull_policy,
         pod_security_context=settings.pod_security_context,
+        auth=settings.auth,
+        tls=settings.tls,
+        termination_grace=settings.broker_termination_grace,
     )
 
 
@@ -74,6 +82,10 @@ def apply_pool(kube: Kube, settings: Settings) -> list[str]:
     children = pool_children(settings, pdb_api_version=kube.pdb_api_version(), owner=owner)
     changes = []
     for child in children:
+        if settings.broker_autoscaling and child["kind"] == "StatefulSet":
+            live = kube.get("apps/v1", "StatefulSet", child["metadata"]["name"], child["metadata"]["namespace"])
+            if live is not None:  # the autoscaler's count stands
+                del child["spec"]["replicas"]
         outcome = kube.apply(child)
         if outcome != "unchanged":
             changes.append(f"{child['kind']}/{child['metadata']['name']} {outcome}")

@@ -15,9 +15,18 @@ all a broker's health amounts to, since it holds no data another broker might st
 makes a broker restart gentle happens inside the broker: on SIGTERM (`magnetar broker` stops on
 SIGINT/SIGTERM; tini, the images' PID 1, forwards it) it stops answering `/ready`, leaves the live
 set, unloads its topics (sealing their ledgers) and releases its bundles while its listeners still
-redirect clients, so the other brokers take the topics over and clients look up again. That must
-fit in terminationGracePeriodSeconds (60 s) before the kubelet's SIGKILL. A bookie's health, by
-contrast, is a cluster-wide fact (no ledger under-replicated) that no readiness probe can express.
+redirect clients, so the other brokers take the topics over and clients look up again. A bookie's
+health, by contrast, is a cluster-wide fact (no ledger under-replicated) that no readiness probe
+can express.
+
+Before that SIGTERM, a pre-stop hook drains the broker as Pulsar's `brokers shutdown` does
+(`drain_command`): it leaves the live set, unloads every bundle it owns (so the next lookups place
+them on the remaining brokers, by load) and then exits. This is what makes scaling in, by hand or
+by a HorizontalPodAutoscaler, invisible to clients: they get a reconnect while their broker still
+answers, not a refused connection. The hook and the stop must both fit in
+terminationGracePeriodSeconds (MAGNETAR_BROKER_TERMINATION_GRACE_SECONDS, the chart's
+brokers.terminationGracePeriodSeconds) before the kubelet's SIGKILL. Should the drain fail (an
+older broker without the verb), the kubelet goes on to SIGTERM and the stop above still happens.
 """
 
 from __future__ import annotations
@@ -57,6 +66,8 @@ class BrokerSet:
     auth: identity.AuthSettings = field(default_factory=lambda: SETTINGS.auth)
     #: TLS from the chart's certificate Secret (transport_tls.py): the operator's setting; off by default.
     tls: transport_tls.TlsSettings = field(default_factory=lambda: SETTINGS.tls)
+    #: Seconds the kubelet gives a stopping broker: the pre-stop drain, then the stop on SIGTERM.
+    termination_grace: int = field(default_factory=lambda: SETTINGS.broker_termination_grace)
 
 
 def selector(name: str) -> dict[str, str]:
@@ -85,6 +96,15 @@ def render_broker_config(bs: BrokerSet) -> str:
     defaults.update(identity.broker_config(bs.auth))
     defaults.update(transport_tls.broker_config(bs.tls))
     return manifests.render_config(defaults, bs.config)
+
+
+def drain_command(bs: BrokerSet) -> list[str]:
+    """The pre-stop hook: `magnetar-admin brokers shutdown` against this pod's own web port, over
+    loopback (plaintext is served with TLS on too), with the pod's broker token when auth is on."""
+    command = ["magnetar-admin", "--admin-url", f"http://127.0.0.1:{HTTP_PORT}"]
+    if bs.auth.enabled:
+        command += ["--auth-params", f"file://{identity.TOKEN_DIR}/{identity.TOKEN_KEY}"]
+    return [*command, "brokers", "shutdown"]
 
 
 def build_broker_configmap(bs: BrokerSet, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -149,14 +169,15 @@ def build_broker_statefulset(
         "env": env,
         "readinessProbe": manifests.http_probe("/ready", "http", initial=5, period=5, failures=3),
         "livenessProbe": manifests.http_probe("/admin/v2/brokers/health", "http", initial=30, period=15, failures=4),
+        "lifecycle": {"preStop": {"exec": {"command": drain_command(bs)}}},
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_PATH, "readOnly": True}],
     }
     res = manifests.resources(bs.resources)
     if res:
         container["resources"] = res
     pod_spec: dict[str, Any] = {
-        # Long enough for the broker to unload its topics gracefully on SIGTERM.
-        "terminationGracePeriodSeconds": 60,
+        # Long enough for the pre-stop drain and then the stop on SIGTERM.
+        "terminationGracePeriodSeconds": bs.termination_grace,
         "containers": [container],
         "volumes": [{"name": "config", "configMap": {"name": f"{bs.name}-config"}}],
         "affinity": manifests.anti_affinity("preferred", selector(bs.name)),

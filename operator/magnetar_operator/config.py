@@ -86,6 +86,11 @@ class Settings:
     broker_image: str = "magnetar/broker:0.1.0"
     broker_config: dict[str, Any] = field(default_factory=dict)
     broker_resources: dict[str, Any] = field(default_factory=dict)
+    #: A HorizontalPodAutoscaler (the chart's brokers.autoscaling) sizes the shared pool: the
+    #: operator then sets the StatefulSet's replicas only when it creates it, never patches them.
+    broker_autoscaling: bool = False
+    #: The broker pods' terminationGracePeriodSeconds: the pre-stop drain and the stop must fit in it.
+    broker_termination_grace: int = 120
     image_pull_policy: str = "IfNotPresent"
     #: The operator's own Deployment (in the pool's namespace): when set, the shared pool's children
     #: carry an owner reference to it, so deleting the operator (`helm uninstall`) removes the pool.
@@ -117,6 +122,8 @@ class Settings:
             broker_image=os.environ.get("MAGNETAR_BROKER_IMAGE", "magnetar/broker:0.1.0"),
             broker_config=_json_dict("MAGNETAR_BROKER_CONFIG"),
             broker_resources=_json_dict("MAGNETAR_BROKER_RESOURCES"),
+            broker_autoscaling=_bool("MAGNETAR_BROKER_AUTOSCALING", False),
+            broker_termination_grace=_int("MAGNETAR_BROKER_TERMINATION_GRACE_SECONDS", 120),
             image_pull_policy=os.environ.get("MAGNETAR_IMAGE_PULL_POLICY", "IfNotPresent"),
             operator_deployment=os.environ.get("MAGNETAR_OPERATOR_DEPLOYMENT", ""),
             pod_security_context=_json_dict("MAGNETAR_POD_SECURITY_CONTEXT"),

@@ -90,7 +90,8 @@ helm.sh/chart: {{ include "magnetar.chart" .ctx }}
 
 {{/*
 The broker pool's settings (MAGNETAR_BROKER_CONFIG, JSON): metadata store, bind address and
-ledger quorums from the chart, then brokers.config on top.
+ledger quorums from the chart, then the load manager's brokers.loadBalancer, then brokers.config
+on top.
 */}}
 {{- define "magnetar.brokerConfig" -}}
 {{- $config := dict
@@ -100,6 +101,7 @@ ledger quorums from the chart, then brokers.config on top.
   "managedLedgerDefaultWriteQuorum" (int .Values.cluster.writeQuorum)
   "managedLedgerDefaultAckQuorum" (int .Values.cluster.ackQuorum)
 -}}
+{{- $config = merge (deepCopy (.Values.brokers.loadBalancer | default dict)) $config -}}
 {{- $config = merge (deepCopy (.Values.brokers.config | default dict)) $config -}}
 {{- toJson $config -}}
 {{- end -}}
@@ -115,6 +117,18 @@ policy/v1 group version holds nothing but PodDisruptionBudget, so it is asked to
 policy/v1
 {{- else -}}
 policy/v1beta1
+{{- end -}}
+{{- end -}}
+
+{{/*
+The HorizontalPodAutoscaler API: autoscaling/v2 where served (Kubernetes >= 1.23), else
+autoscaling/v2beta2 (Kubernetes 1.20-1.22); the same fields in both for what the chart sets.
+*/}}
+{{- define "magnetar.hpa.apiVersion" -}}
+{{- if .Capabilities.APIVersions.Has "autoscaling/v2/HorizontalPodAutoscaler" -}}
+autoscaling/v2
+{{- else -}}
+autoscaling/v2beta2
 {{- end -}}
 {{- end -}}
 
@@ -152,6 +166,21 @@ Checks across values that values.schema.json cannot express; rendering fails wit
 {{- end -}}
 {{- if gt (int $c.ensembleSize) (int .Values.bookies.replicas) -}}
 {{- fail (printf "cluster.ensembleSize (%d) needs at least that many bookies, but bookies.replicas is %d" (int $c.ensembleSize) (int .Values.bookies.replicas)) -}}
+{{- end -}}
+{{- $as := .Values.brokers.autoscaling -}}
+{{- if $as.enabled -}}
+{{- if gt (int $as.minReplicas) (int $as.maxReplicas) -}}
+{{- fail (printf "brokers.autoscaling.minReplicas (%d) must not exceed brokers.autoscaling.maxReplicas (%d)" (int $as.minReplicas) (int $as.maxReplicas)) -}}
+{{- end -}}
+{{- if or (lt (int .Values.brokers.replicas) (int $as.minReplicas)) (gt (int .Values.brokers.replicas) (int $as.maxReplicas)) -}}
+{{- fail (printf "brokers.replicas (%d) pins the pool outside brokers.autoscaling's %d..%d: with autoscaling on it is only the starting size, which the autoscaler would change at once; set it within the range" (int .Values.brokers.replicas) (int $as.minReplicas) (int $as.maxReplicas)) -}}
+{{- end -}}
+{{- if not (dig "requests" "cpu" "" (.Values.brokers.resources | default dict)) -}}
+{{- fail "brokers.autoscaling needs brokers.resources.requests.cpu: the autoscaler measures CPU utilization against the brokers' CPU request, and without one it cannot scale the pool" -}}
+{{- end -}}
+{{- if eq (int .Values.operator.replicas) 0 -}}
+{{- fail "brokers.autoscaling needs the operator (operator.replicas 1): it creates the broker StatefulSet the autoscaler scales" -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.tls.enabled (not .Values.tls.existingSecret) -}}
 {{- fail "tls.enabled needs tls.existingSecret: a Secret with tls.crt, tls.key and ca.crt (e.g. a cert-manager Certificate's)" -}}
