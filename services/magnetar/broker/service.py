@@ -30,6 +30,7 @@ from typing import Any
 from magnetar.broker.cluster.addresses import BrokerAddresses
 from magnetar.broker.cluster.advertised_listeners import internal_listener
 from magnetar.broker.cluster.isolation import NamespaceIsolation, watch_policy_changes
+from magnetar.broker.cluster.load_manager import LoadManager
 from magnetar.broker.cluster.ownership import BrokerInfo, Ownership
 from magnetar.broker.cluster.resources import Conflict, Resources
 from magnetar.broker.compaction.controller import TopicCompaction, delete_compaction_state
@@ -115,6 +116,8 @@ class BrokerService(BrokerAddresses):
         # The cluster name (clusterName): the key of its namespace isolation policies (isolation.py).
         self.cluster = "standalone"
         self.ownership: Ownership | None = None
+        # Load reports, the leader's shedding and splits, placement (cluster/load_manager.py).
+        self.load_manager: LoadManager | None = None
         self.extra_registries: list[Any] = []
         self._unwatch_session: Any = None
         self._unwatch: Any = None
@@ -153,6 +156,8 @@ class BrokerService(BrokerAddresses):
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
         self._policy_checks.start()  # TTL, retention, backlog quotas (expiry.py)
         self._compaction_monitor = asyncio.get_running_loop().create_task(run_monitor(self))
+        self.load_manager = LoadManager(self)
+        await self.load_manager.start()
         self.ready = True
 
     @property
@@ -267,6 +272,8 @@ class BrokerService(BrokerAddresses):
             self._compaction_monitor.cancel()
         if self._unwatch_session is not None:
             self._unwatch_session()
+        if self.load_manager is not None:  # hand the leadership over first: another broker leads at once
+            await self.load_manager.stop()
         for unwatch in self._unwatch_policies:
             unwatch()
         if self.ownership is not None:

@@ -4,9 +4,9 @@
 - ``GET /admin/v2/brokers`` and ``GET /admin/v2/brokers/{cluster}``: the ids of the live brokers
   (``host:port``; the standalone's one broker is ``standalone``), as Pulsar's active-broker list;
   another cluster answers 404, as for a cluster that does not exist;
-- ``GET /admin/v2/brokers/leaderBroker``: Pulsar's ``LeaderBroker`` (``brokerId``, ``serviceUrl``).
-  Magnetar elects no load-manager leader (each broker takes bundles through the metadata store),
-  so the leader is the live broker every broker agrees on without an election: the lowest id;
+- ``GET /admin/v2/brokers/leaderBroker``: Pulsar's ``LeaderBroker`` (``brokerId``, ``serviceUrl``):
+  the load manager's leader, elected through the metadata store (broker/cluster/leader.py), the
+  same answer from every broker;
 - ``GET /admin/v2/brokers/configuration/runtime``: this broker's settings under Pulsar's
   broker.conf names, every value a string, as Pulsar's ``getRuntimeConfigurations``. Settings
   that hold a credential (a key's data, the parameters of a client plugin) are left out, so the
@@ -113,10 +113,11 @@ def add_broker_routes(app: web.Application, service: BrokerService) -> None:
         return web.json_response([b["id"] for b in await live_brokers()])
 
     async def leader_broker(_request: web.Request) -> web.StreamResponse:
-        brokers = await live_brokers()
-        if not brokers:
-            raise NotFound("no live broker")
-        return web.json_response({"brokerId": brokers[0]["id"], "serviceUrl": brokers[0]["web_url"]})
+        manager = service.load_manager
+        leader = await manager.election.leader() if manager is not None else None
+        if leader is None:
+            raise NotFound("no load-manager leader is elected (loadBalancerEnabled=false, or an election is under way)")
+        return web.json_response(leader.to_doc())
 
     async def runtime(_request: web.Request) -> web.StreamResponse:
         return web.json_response(runtime_configuration(service))
