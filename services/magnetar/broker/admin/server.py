@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from magnetar.broker.admin.bookies import add_bookie_routes
+from magnetar.broker.admin.broker_stats import add_broker_stats_routes
 from magnetar.broker.admin.brokers import add_broker_routes
 from magnetar.broker.admin.clusters import add_cluster_routes
 from magnetar.broker.admin.compaction import add_compaction_routes
@@ -147,6 +148,7 @@ class AdminServer:
         app, service = self.app, self.service
         add_health_routes(app, service)  # health, ready, the HTTP lookup, /metrics: health.py
         add_broker_routes(app, service)  # /admin/v2/brokers..., after .../brokers/health: brokers.py
+        add_broker_stats_routes(app, service)  # /admin/v2/broker-stats/...: broker_stats.py
         add_bookie_routes(app, service)  # /admin/v2/bookies...: bookies.py
         add_non_persistent_routes(app, service)  # /admin/v2/non-persistent/...: non_persistent.py
         add_compaction_routes(app, service)  # .../{topic}/compaction: compaction.py
