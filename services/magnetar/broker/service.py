@@ -37,6 +37,7 @@ from magnetar.broker.compaction.controller import TopicCompaction, delete_compac
 from magnetar.broker.compaction.monitor import run_monitor
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.loop.closing import ClosingQueue
+from magnetar.broker.metrics.load_balancer import LoadBalancerCollector
 from magnetar.broker.metrics.registry import BrokerMetrics
 from magnetar.broker.policies.expiry import PolicyChecks
 from magnetar.broker.policies.model import EffectivePolicies
@@ -157,6 +158,8 @@ class BrokerService(BrokerAddresses):
         self._policy_checks.start()  # TTL, retention, backlog quotas (expiry.py)
         self._compaction_monitor = asyncio.get_running_loop().create_task(run_monitor(self))
         self.load_manager = LoadManager(self)
+        with contextlib.suppress(ValueError):  # a registry shared with an earlier service has them
+            self.metrics.registry.register(LoadBalancerCollector(self.load_manager))
         await self.load_manager.start()
         self.ready = True
 

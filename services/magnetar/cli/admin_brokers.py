@@ -3,6 +3,8 @@
 - ``brokers list [cluster]`` prints the live brokers' ids one a line; ``leader-broker`` and
   ``get-runtime-config`` print JSON; ``healthcheck`` prints ``ok`` (and fails in one line when the
   broker does not answer), as pulsar-admin's.
+- ``broker-stats load-report`` prints this broker's load report (Pulsar's LocalBrokerData JSON);
+  ``broker-stats load-balancer`` (Magnetar's) the bundles' owners and the leader's recent moves.
 - ``clusters list [-c]`` prints the cluster names one a line (``-c`` marks the broker's own with
   ``(*)``); ``get`` prints the ``ClusterData`` JSON; ``create`` and ``update`` take
   pulsar-admin's ``--url``, ``--url-secure``, ``--broker-url``, ``--broker-url-secure`` and the
@@ -21,7 +23,7 @@ from magnetar.cli.admin_http import PlainText, request_raw
 
 Request = Callable[..., Any]
 
-GROUPS = ("brokers", "clusters")
+GROUPS = ("brokers", "clusters", "broker-stats")
 
 # pulsar-admin's ClusterData options: flag -> (dest, ClusterData field, type).
 _CLUSTER_FIELDS: tuple[tuple[str, str, str, Any], ...] = (
@@ -54,6 +56,12 @@ def add_broker_and_cluster_verbs(groups: Any) -> None:
     sp = b.add_parser("healthcheck", help="ok when the broker answers")
     sp.add_argument("-tv", "--topic-version", choices=["V1", "V2"], default=None, help="accepted, as pulsar-admin's")
     b.add_parser("get-runtime-config", help="the broker's settings by broker.conf name")
+
+    s = groups.add_parser("broker-stats", help="the load manager's figures").add_subparsers(
+        dest="action", required=True
+    )
+    s.add_parser("load-report", help="this broker's load report (LocalBrokerData)")
+    s.add_parser("load-balancer", help="bundle owners and the leader's recent moves, with their reasons")
 
     c = groups.add_parser("clusters", help="cluster records (ClusterData)").add_subparsers(dest="action", required=True)
     sp = c.add_parser("list", help="the clusters' names")
@@ -104,6 +112,8 @@ def _delete_everything(url: str, request: Request) -> None:
 def run_broker_or_cluster_verb(url: str, args: argparse.Namespace, request: Request) -> Any:
     """Run one ``brokers`` or ``clusters`` verb; what it prints (a list prints one item a line)."""
     g, a = args.group, args.action
+    if g == "broker-stats":
+        return request(url, "GET", f"/admin/v2/broker-stats/{a}")
     if g == "brokers":
         if a == "list":
             return request(url, "GET", "/admin/v2/brokers" + (f"/{_cluster(args.cluster)}" if args.cluster else ""))
