@@ -27,10 +27,11 @@ others (``acquire``), so a direct producer or subscribe on the wrong broker load
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +137,8 @@ class Ownership:
         self.choose: ChooseBroker | None = None  # set by the load manager; else rendezvous
         self._ranges: dict[str, BundleRanges] = {}  # "tenant/ns" -> its stored ranges
         self._refreshing: set[asyncio.Task[None]] = set()
+        # Bundles being handed over (unload, split): lookups and takes of them wait until released.
+        self._handing_over: dict[str, asyncio.Event] = {}
 
     # ------------------------------------------------------------------ membership
     async def register(self) -> None:
@@ -220,6 +223,9 @@ class Ownership:
         if path in self.owned:
             return self.me
         path = await self._fresh_path(topic)  # a split may have replaced the bundle: never take a gone one
+        if path in self._handing_over:
+            await self._handing_over[path].wait()
+            return await self.acquire(topic)
         if path in self.owned:
             return self.me
         if self.isolation is not None:  # refuse before taking it: ServiceNotReady naming the policy
@@ -315,6 +321,9 @@ class Ownership:
     async def lookup(self, topic: TopicName) -> tuple[BrokerInfo, bool]:
         """(broker, redirect): the owner with redirect False, or a broker to ask with redirect True."""
         path = await self._fresh_path(topic)
+        if path in self._handing_over:  # answered once it is released: by then it has its next place
+            await self._handing_over[path].wait()
+            return await self.lookup(topic)
         found = await self.store.get(path)
         current = BrokerInfo.from_json(found.value) if found is not None else None
         if found is not None and current is not None:
@@ -335,6 +344,26 @@ class Ownership:
             await self.store.delete(bundle_path)
         except NotFound:
             pass
+
+    @contextlib.asynccontextmanager
+    async def handing_over(self, bundle_path: str) -> AsyncIterator[None]:
+        """Stop serving ``bundle_path`` (its topics are unloaded inside), then release its key.
+
+        Meanwhile this broker's lookups and takes of the bundle wait, so a client told to reconnect
+        is not given the bundle back here before it is released (Pulsar holds lookups of a bundle
+        being unloaded the same way)."""
+        done = self._handing_over[bundle_path] = asyncio.Event()
+        was_owned = bundle_path in self.owned
+        self.owned.discard(bundle_path)
+        try:
+            yield
+        finally:
+            try:
+                if was_owned:
+                    await self.release(bundle_path)
+            finally:
+                del self._handing_over[bundle_path]
+                done.set()
 
     async def release_all(self) -> None:
         for path in list(self.owned):
