@@ -126,6 +126,8 @@ class BrokerService(BrokerAddresses):
         self._refreshing: set[asyncio.Task[None]] = set()
         # Called when the metadata session is lost; the CLI makes it exit the process.
         self.on_fatal: Any = None
+        # Called after ``brokers shutdown`` has drained this broker; the CLI stops the process as SIGTERM does.
+        self.on_shutdown: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
