@@ -25,6 +25,7 @@ from aiohttp import web
 from magnetar.broker.admin.bookies import add_bookie_routes
 from magnetar.broker.admin.broker_stats import add_broker_stats_routes
 from magnetar.broker.admin.brokers import add_broker_routes
+from magnetar.broker.admin.bundles import add_bundle_routes
 from magnetar.broker.admin.clusters import add_cluster_routes
 from magnetar.broker.admin.compaction import add_compaction_routes
 from magnetar.broker.admin.health import add_health_routes
@@ -147,6 +148,7 @@ class AdminServer:
         """Every resource's routes, in the order aiohttp must try them (module docstring)."""
         app, service = self.app, self.service
         add_health_routes(app, service)  # health, ready, the HTTP lookup, /metrics: health.py
+        add_bundle_routes(app, service)  # bundles, unload, split, ownedNamespaces, shutdown: bundles.py
         add_broker_routes(app, service)  # /admin/v2/brokers..., after .../brokers/health: brokers.py
         add_broker_stats_routes(app, service)  # /admin/v2/broker-stats/...: broker_stats.py
         add_bookie_routes(app, service)  # /admin/v2/bookies...: bookies.py

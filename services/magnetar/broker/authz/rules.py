@@ -75,6 +75,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", _NS + "/permissions/subscription/{subscription}"): Rule(Kind.TENANT, "GRANT_PERMISSION"),
     ("DELETE", _NS + "/permissions/{subscription}/{role}"): Rule(Kind.TENANT, "REVOKE_PERMISSION"),
     ("GET", _NS + "/subscriptionAuthMode"): Rule(Kind.TENANT, "READ_POLICY"),
+    # bundles (broker/admin/bundles.py): Pulsar's BUNDLE policy read and UNLOAD are the tenant's;
+    # a split is a superuser's
+    ("GET", _NS + "/bundles"): Rule(Kind.TENANT, "READ_POLICY"),
+    ("PUT", _NS + "/unload"): Rule(Kind.TENANT, "UNLOAD"),
+    ("PUT", _NS + "/{bundle}/unload"): Rule(Kind.TENANT, "UNLOAD"),
+    ("PUT", _NS + "/{bundle}/split"): SUPERUSER_ONLY,
     ("POST", _NS + "/subscriptionAuthMode"): Rule(Kind.TENANT, "WRITE_POLICY"),
     # schema policies (broker/admin/schemas.py): Pulsar's PUT, and GETs that answer the defaults
     ("PUT", _NS + "/schemaCompatibilityStrategy"): Rule(Kind.TENANT, "WRITE_POLICY"),
@@ -95,6 +101,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/admin/v2/brokers/{cluster}"): SUPERUSER_ONLY,
     ("GET", "/admin/v2/brokers/leaderBroker"): SUPERUSER_ONLY,
     ("GET", "/admin/v2/brokers/configuration/runtime"): SUPERUSER_ONLY,
+    ("GET", "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces"): SUPERUSER_ONLY,
+    ("POST", "/admin/v2/brokers/shutdown"): SUPERUSER_ONLY,
     ("GET", _ISOLATION): SUPERUSER_ONLY,
     ("GET", _ISOLATION + "/brokers"): SUPERUSER_ONLY,
     ("GET", _ISOLATION + "/brokers/{broker}"): SUPERUSER_ONLY,
