@@ -98,6 +98,11 @@ def _exit_on_session_loss(role: str) -> Callable[[], None]:
     return exit_now
 
 
+def _stop_as_sigterm() -> None:
+    """``brokers shutdown`` has drained the broker: stop the process as SIGTERM does (exit code 0)."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def cmd_standalone(args: argparse.Namespace) -> int:
     from magnetar.broker.config import BrokerConfig
     from magnetar.cli.auth_flags import auth_settings, check_auth_settings
@@ -152,7 +157,13 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         "service-tls": args.broker_service_port_tls,
         "admin-tls": args.web_service_port_tls,
     }
-    return _run_until_signal("standalone", flags, sa.start, sa.stop, banner, args.host, ports)
+
+    async def start() -> None:
+        await sa.start()
+        if sa.broker is not None:
+            sa.broker.on_shutdown = _stop_as_sigterm
+
+    return _run_until_signal("standalone", flags, start, sa.stop, banner, args.host, ports)
 
 
 def cmd_bookie(args: argparse.Namespace) -> int:
@@ -238,6 +249,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         await node.start()
         assert node.broker is not None
         node.broker.on_fatal = _exit_on_session_loss("broker")
+        node.broker.on_shutdown = _stop_as_sigterm
 
     def banner() -> str:
         assert node.broker is not None
