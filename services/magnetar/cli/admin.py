@@ -22,6 +22,7 @@ from typing import Any
 from magnetar.cli.admin_auth import add_auth_flags, security_from_args
 from magnetar.cli.admin_brokers import GROUPS as BROKER_GROUPS
 from magnetar.cli.admin_brokers import add_broker_and_cluster_verbs, run_broker_or_cluster_verb
+from magnetar.cli.admin_bundles import add_bundle_verbs, create_body, is_bundle_verb, run_bundle_verb
 from magnetar.cli.admin_compaction import COMPACTION_ACTIONS, add_compaction_verbs, run_compaction_verb
 from magnetar.cli.admin_http import AdminError, PlainText, request, use_security
 from magnetar.cli.admin_isolation import GROUP as ISOLATION_GROUP
@@ -80,6 +81,8 @@ def run(args: argparse.Namespace) -> Any:
         return run_schema_verb(url, args, request)
     if g == ISOLATION_GROUP:  # cli/admin_isolation.py
         return run_isolation_verb(url, args, request)
+    if is_bundle_verb(g, a):  # cli/admin_bundles.py
+        return run_bundle_verb(url, args, request)
     if g in BROKER_GROUPS:  # cli/admin_brokers.py
         return run_broker_or_cluster_verb(url, args, request)
     if g == "bookies":
@@ -113,7 +116,7 @@ def run(args: argparse.Namespace) -> Any:
         if is_policy_verb(a):  # cli/admin_policies.py
             return run_policy_verb(url, path, args, topic_level=False)
         if a == "create":
-            return request(url, "PUT", path)
+            return request(url, "PUT", path, create_body(args))  # --bundles: cli/admin_bundles.py
         if a in ("get", "policies"):
             return request(url, "GET", path)
         if a == "delete":
@@ -140,7 +143,7 @@ def run(args: argparse.Namespace) -> Any:
         if is_policy_verb(a):  # cli/admin_policies.py
             return run_policy_verb(url, path, args, topic_level=True)
         if a == "create":
-            return request(url, "PUT", path)
+            return request(url, "PUT", path, create_body(args))  # --bundles: cli/admin_bundles.py
         if a == "create-partitioned-topic":
             return request(url, "PUT", path + "/partitions", args.partitions)
         if a == "update-partitioned-topic":
@@ -243,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compaction_verbs(n, tp)
     add_isolation_verbs(groups)
     add_broker_and_cluster_verbs(groups)
+    add_bundle_verbs(groups)  # after the namespaces and brokers groups it adds verbs to
     add_permission_verbs(n, tp)
     add_schema_verbs(groups, n)
     return p
