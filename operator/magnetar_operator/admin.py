@@ -371,6 +371,25 @@ class AdminClient:
         ok = got.get("isCompatibility", got.get("compatibility", False))
         return bool(ok), str(got.get("schemaCompatibilityStrategy", ""))
 
+    # --- where bundles live (the load manager's admin calls, Pulsar's paths)
+    async def namespace_bundles(self, tenant: str, namespace: str) -> list[str]:
+        """The namespace's bundle boundaries (Pulsar's BundlesData ``boundaries``), lowest first."""
+        got = await self.request("GET", _seg("namespaces", tenant, namespace, "bundles")) or {}
+        return [str(b) for b in got.get("boundaries") or []]
+
+    async def list_brokers(self) -> list[str]:
+        """The ids of the live brokers of the cluster the called broker belongs to."""
+        return [str(b) for b in await self.request("GET", "brokers") or []]
+
+    async def cluster_name(self) -> str:
+        """The called broker's cluster (its ``clusterName`` setting)."""
+        got = await self.request("GET", _seg("brokers", "configuration", "runtime")) or {}
+        return str(got.get("clusterName") or "")
+
+    async def owned_namespaces(self, cluster: str, broker: str) -> dict[str, Any]:
+        """``tenant/namespace/range`` -> Pulsar's NamespaceOwnershipStatus, for one broker."""
+        return dict(await self.request("GET", _seg("brokers", cluster, broker, "ownedNamespaces")) or {})
+
     # --- namespace isolation policies (broker groups; the broker's isolation_admin.py)
     async def list_clusters(self) -> list[str]:
         return [str(c) for c in await self.request("GET", "clusters") or []]

@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 
-from . import policies, policy_sync, reconciling, runtime
+from . import bundle_locations, policies, policy_sync, reconciling, runtime
 from .admin import Conflict, NotFound
 from .config import GROUP, SETTINGS, VERSION
 from .policies import Policy
@@ -96,6 +96,9 @@ async def reconcile_namespace(body: Mapping[str, Any], spec: Mapping[str, Any]) 
     out.changes += result.changes
     out.policy = result.condition()
     out.status.update(result.status())
+    placed = await bundle_locations.namespace_bundles(admin, tenant, namespace)
+    if placed is not None:
+        out.status["bundles"] = placed
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from . import reconciling, runtime
+from . import bundle_locations, reconciling, runtime
 from .admin import Conflict, NotFound
 from .brokers import BrokerSet, build_broker_children, isolated_set_name
 from .conditions import POLICIES, Condition
@@ -118,6 +118,9 @@ async def reconcile_tenant(body: Mapping[str, Any], spec: Mapping[str, Any]) -> 
             out.changes += await asyncio.to_thread(_remove_set, meta["namespace"], previous)
             out.status["brokerSet"] = None
         out.policy = Condition(POLICIES, True, "Applied", "admin roles and allowed clusters applied")
+    counts = await bundle_locations.tenant_bundle_counts(admin, name)
+    if counts is not None:
+        out.status["bundlesPerBroker"] = counts
     return out
 
 
