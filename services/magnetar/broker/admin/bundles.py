@@ -25,6 +25,7 @@ from aiohttp import web
 from magnetar.broker.admin.forwarding import proxy
 from magnetar.broker.cluster import bundle_moves
 from magnetar.broker.cluster.ownership import BrokerInfo, bundle_of
+from magnetar.broker.policies.model import PolicyError
 from magnetar.metadata import paths
 from magnetar.protocol.errors import NotFound
 from magnetar.protocol.topic_name import TopicName
@@ -120,7 +121,10 @@ class BundleRoutes:
                 raise NotFound(f"Broker {broker} is not an available broker")
             names = await _loaded_bundles(service)
         else:
-            target = await bundle_moves.resolve_broker(service, broker)
+            try:
+                target = await bundle_moves.resolve_broker(service, broker)
+            except PolicyError as exc:  # a broker that is not live owns nothing: not found, as standalone
+                raise NotFound(str(exc)) from None
             if target.broker_id != own.me.broker_id:
                 return await proxy(service, "GET", target.web_url + request.path_qs)
             names = {p.removeprefix(paths.OWNERSHIP + "/") for p in own.owned}

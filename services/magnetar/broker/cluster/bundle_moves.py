@@ -130,15 +130,6 @@ async def unload_bundle(host: BundleHost, tenant: str, ns: str, bundle: str, des
     log.info("unloaded bundle %s/%s/%s%s", tenant, ns, bundle, f" towards {destination}" if destination else "")
 
 
-async def unload_namespace(host: BundleHost, tenant: str, ns: str) -> None:
-    """Unload every bundle of ``tenant/ns`` this broker owns (the caller asks each broker)."""
-    ranges, _ = await namespace_ranges(host, tenant, ns)
-    own = host.ownership
-    for bundle in ranges.names():
-        if own is None or paths.ownership(tenant, ns, bundle) in own.owned:
-            await unload_bundle(host, tenant, ns, bundle)
-
-
 def maximum_bundles(config: BrokerConfig) -> int:
     lb = getattr(config, "load_balancer", None)
     return int(getattr(lb, "namespace_maximum_bundles", DEFAULT_MAXIMUM_BUNDLES))
