@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAXIMUM_BUNDLES = 128  # loadBalancerNamespaceMaximumBundles
-
 
 class NonPersistentKeys(Protocol):
     @property
@@ -130,23 +128,13 @@ async def unload_bundle(host: BundleHost, tenant: str, ns: str, bundle: str, des
     log.info("unloaded bundle %s/%s/%s%s", tenant, ns, bundle, f" towards {destination}" if destination else "")
 
 
-def maximum_bundles(config: BrokerConfig) -> int:
-    lb = getattr(config, "load_balancer", None)
-    return int(getattr(lb, "namespace_maximum_bundles", DEFAULT_MAXIMUM_BUNDLES))
-
-
-def default_split_algorithm(config: BrokerConfig) -> str:
-    lb = getattr(config, "load_balancer", None)
-    return str(getattr(lb, "default_namespace_bundle_split_algorithm", br.RANGE_EQUALLY_DIVIDE))
-
-
 async def split_bundle(
     host: BundleHost, tenant: str, ns: str, bundle: str, *, algorithm: str | None = None, unload: bool = False
 ) -> tuple[str, str] | None:
     """Split ``bundle`` of ``tenant/ns`` on its owner (this broker); the two halves, or None when
     the algorithm finds no boundary (a bundle of fewer than two topics by topic count: Pulsar then
     leaves it whole and answers success)."""
-    algorithm = algorithm or default_split_algorithm(host.config)
+    algorithm = algorithm or host.config.load_balancer.default_namespace_bundle_split_algorithm
     if algorithm not in br.ALGORITHMS:
         raise PolicyError(
             f"Unsupported namespace bundle split algorithm, supported algorithms are {list(br.ALGORITHMS)}", status=412
@@ -156,7 +144,7 @@ async def split_bundle(
         lo, hi = ranges.check(bundle)
     except InvalidBundle as exc:
         raise _precondition(exc) from None
-    limit = maximum_bundles(host.config)
+    limit = host.config.load_balancer.namespace_maximum_bundles
     if ranges.count >= limit:
         raise PolicyError(
             f"Namespace {tenant}/{ns} has {ranges.count} bundles, the maximum (loadBalancerNamespaceMaximumBundles)",
