@@ -84,7 +84,10 @@ def _new_namespace(cluster: LocalCluster, bundles: int) -> str:
     return ns
 
 
-def _ranges(cluster: LocalCluster, ns: str, broker: int = 0) -> BundleRanges:
+def _ranges(cluster: LocalCluster, ns: str, broker: int | None = None) -> BundleRanges:
+    """The namespace's ranges, asked of ``broker`` (default: the first broker still running)."""
+    if broker is None:
+        broker = next(i for i, p in enumerate(cluster.brokers) if p.alive)
     status, doc = _call(cluster.admin_urls[broker], "GET", f"/admin/v2/namespaces/{ns}/bundles")
     assert status == 200, doc
     return BundleRanges.from_json(doc)

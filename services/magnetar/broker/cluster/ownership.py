@@ -135,6 +135,7 @@ class Ownership:
         self.owned: set[str] = set()
         self.isolation = isolation
         self.choose: ChooseBroker | None = None  # set by the load manager; else rendezvous
+        self.leaving = False  # out of the live set (a drain or a stop): takes no more bundles
         self._ranges: dict[str, BundleRanges] = {}  # "tenant/ns" -> its stored ranges
         self._refreshing: set[asyncio.Task[None]] = set()
         # Bundles being handed over (unload, split): lookups and takes of them wait until released.
@@ -142,9 +143,12 @@ class Ownership:
 
     # ------------------------------------------------------------------ membership
     async def register(self) -> None:
+        self.leaving = False
         await self.store.put(paths.broker_available(self.me.broker_id), self.me.to_json(), ephemeral=True)
 
     async def unregister(self) -> None:
+        """Leave the live set; from now on this broker takes no bundle (it keeps those it owns)."""
+        self.leaving = True
         try:
             await self.store.delete(paths.broker_available(self.me.broker_id))
         except NotFound:
@@ -228,6 +232,12 @@ class Ownership:
             return await self.acquire(topic)
         if path in self.owned:
             return self.me
+        if self.leaving:
+            raise ServiceNotReady(f"broker {self.me.broker_id} is leaving the cluster")
+        bundle = path.rsplit("/", 1)[-1]
+        elsewhere = await self._destination_elsewhere(topic.tenant, topic.namespace, bundle)
+        if elsewhere is not None:  # unloaded towards another broker: leave it to that one
+            raise ServiceNotReady(f"bundle {bundle} is moving to broker {elsewhere}")
         if self.isolation is not None:  # refuse before taking it: ServiceNotReady naming the policy
             try:
                 await self.isolation.check_may_own(f"{topic.tenant}/{topic.namespace}", self.me.broker_id, self._ids)
@@ -253,6 +263,16 @@ class Ownership:
         log.info("broker %s now owns bundle %s", self.me.broker_id, path)
         await self._drop_destination(topic.tenant, topic.namespace, path.rsplit("/", 1)[-1])
         return self.me
+
+    async def _destination_elsewhere(self, tenant: str, ns: str, bundle: str) -> str | None:
+        """The live broker other than this one that ``bundle`` was unloaded towards, if any."""
+        hint = await self.store.get(paths.bundle_destination(tenant, ns, bundle))
+        if hint is None:
+            return None
+        wanted = hint.value.decode()
+        if wanted == self.me.broker_id or await self.store.get(paths.broker_available(wanted)) is None:
+            return None  # here, or a destination that has died since: any broker may take it
+        return wanted
 
     async def _drop_destination(self, tenant: str, ns: str, bundle: str) -> None:
         """The destination hint has served once the bundle is owned again (by anyone)."""
