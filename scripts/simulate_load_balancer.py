@@ -327,7 +327,8 @@ def run(args: argparse.Namespace) -> tuple[list[RoundRow], float]:
         if r == lost_at:
             event = "broker lost"
             by = sim.owned(sim.owner)
-            lost = max(sim.live, key=lambda b: sum(sim.table[x].rate_in for x in by[b]))
+            # the broker with the most bundles: the most placements to make at once
+            lost = max(sim.live, key=lambda b: (len(by[b]), b))
             sim.live.remove(lost)
             for bundle in [b for b, o in sim.owner.items() if o == lost]:
                 del sim.owner[bundle]
