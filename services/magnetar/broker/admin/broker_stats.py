@@ -31,7 +31,7 @@ def add_broker_stats_routes(app: web.Application, service: BrokerService) -> Non
         manager = service.load_manager
         if manager is None or not manager.settings.load_balancer_enabled:
             raise ServiceNotReady("the load manager is off (loadBalancerEnabled=false)")
-        return web.json_response(manager.reports.sampler.sample().to_doc())
+        return web.json_response(manager.reports.sampler.sample(advance=False).to_doc())
 
     async def load_balancer(request: web.Request) -> web.StreamResponse:
         manager = service.load_manager

@@ -4,11 +4,12 @@ Every broker writes its load report (``load_reports.py``), keeps every broker's,
 leadership (``leader.py``) and places the unowned bundles it is asked about by Pulsar's
 ``LeastResourceUsageWithWeight`` over those reports (``choose``, the ownership's placement hook).
 
-The leader, every ``loadBalancerSheddingIntervalMinutes``, asks Pulsar's ``ThresholdShedder``
-which bundles to take off overloaded brokers and unloads each at its owner over the admin API
-(``PUT .../{bundle}/unload?destinationBroker=``, the destination chosen by placement among the
-other brokers), then asks the split conditions which bundles are too big and splits each at its
-owner (``PUT .../{bundle}/split``). It calls the owners as any admin client would, with the
+The leader, every ``loadBalancerSheddingIntervalMinutes``, asks the split conditions which bundles
+are too big and splits each at its owner (``PUT .../{bundle}/split``), then asks Pulsar's
+``ThresholdShedder`` which bundles to take off overloaded brokers and unloads each at its owner
+over the admin API (``PUT .../{bundle}/unload?destinationBroker=``, the destination chosen by
+placement among the other brokers). Splits go first so that a bundle just split is not also
+unloaded on figures that predate the split. It calls the owners as any admin client would, with the
 broker's own credentials, so an owner applies its own checks and the move is the same as an
 operator's. Each move is remembered (``moves``): the grace period keeps a bundle from moving twice
 in a row, and stats and metrics say what moved, from where, to where and why.
@@ -166,8 +167,8 @@ class LoadManager:
             await asyncio.sleep(interval)
             try:
                 await self.reports.refresh()
+                await self.split_once()  # first: a bundle split now is not also shed on stale figures
                 await self.shed_once()
-                await self.split_once()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -229,6 +230,7 @@ class LoadManager:
             done.append(move)
             if ok:
                 self.splits += 1
+                self.recently_unloaded[split.bundle] = now  # its halves are being placed: not shed too
             log.info(
                 "load manager: split %s on %s (%s): %s",
                 split.bundle,

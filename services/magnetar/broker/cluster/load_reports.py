@@ -159,7 +159,11 @@ def _sessions(topic: Any) -> tuple[int, int]:
 
 class LoadSampler:
     """Samples the broker's usage: ``sample()`` gives a fresh ``BrokerLoad`` with rates over the
-    time since the previous sample (or the topics' 1-second rates for a first look)."""
+    time since the previous sample (or the topics' 1-second rates for a first look).
+
+    ``sample(advance=False)`` (an admin's look) measures the same way but leaves the baseline where
+    it was, so asking for the load report does not shorten the interval the next written report
+    averages over: polling it would otherwise turn the reports into noise."""
 
     def __init__(self, source: LoadSource, settings: LoadBalancerSettings, version: str = "") -> None:
         self.source = source
@@ -187,13 +191,16 @@ class LoadSampler:
         for key, topic in list(self.source.non_persistent.topics.items()):
             yield TopicName.parse(key), topic
 
-    def sample(self) -> BrokerLoad:
+    def sample(self, *, advance: bool = True) -> BrokerLoad:
         now = time.monotonic()
         elapsed = now - self._last_wall
         cpu_now = time.process_time()
+        cpu_percent = self._last_cpu_percent
         if elapsed >= 0.5:  # a sample right after another keeps the last CPU figure
-            self._last_cpu_percent = 100.0 * (cpu_now - self._last_cpu) / elapsed
-            self._last_cpu, self._last_wall = cpu_now, now
+            cpu_percent = 100.0 * (cpu_now - self._last_cpu) / elapsed
+            if advance:
+                self._last_cpu_percent = cpu_percent
+                self._last_cpu, self._last_wall = cpu_now, now
         stats: dict[str, BundleStats] = {}
         seen: dict[int, tuple[Any, _Counters]] = {}
         for name, topic in self._topics():
@@ -222,10 +229,11 @@ class LoadSampler:
             entry.producer_count += producers
             entry.consumer_count += consumers
             entry.topics += 1
-        self._topic_counters = seen
-        return self._report(stats)
+        if advance:
+            self._topic_counters = seen
+        return self._report(stats, cpu_percent)
 
-    def _report(self, stats: Mapping[str, BundleStats]) -> BrokerLoad:
+    def _report(self, stats: Mapping[str, BundleStats], cpu_percent: float) -> BrokerLoad:
         own = self.source.ownership
         bundles = {p.removeprefix(paths.OWNERSHIP + "/") for p in own.owned} if own is not None else set(stats)
         bundles |= set(stats)
@@ -235,7 +243,7 @@ class LoadSampler:
             broker_id=self.source.broker_id,
             web_service_url=self.source.web_url or "",
             pulsar_service_url=self.source.broker_url or "",
-            cpu=ResourceUsage(self._last_cpu_percent, 100.0 * self._cores),
+            cpu=ResourceUsage(cpu_percent, 100.0 * self._cores),
             memory=_memory_mb(),
             direct_memory=ResourceUsage(0.0, 0.0),
             bandwidth_in=ResourceUsage(thr_in * 8 / KBIT, self._nic_kbps),
