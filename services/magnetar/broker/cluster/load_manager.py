@@ -145,9 +145,12 @@ class LoadManager:
         self._assigned_at.setdefault(pick.broker_id, int(time.time() * 1000))
         return pick
 
-    async def _destination(self, bundle: str, exclude: str) -> str | None:
+    async def _destination(self, bundle: str, exclude: str, given: set[str]) -> str | None:
         """Where the leader sends an unloaded bundle: placement among the live brokers but its
-        owner that the namespace isolation policies allow."""
+        owner that the namespace isolation policies allow, and among those, the ones not yet given
+        a bundle in this round while there are any. Placement picks among brokers of similar usage
+        by a hash, so without that the several unloads of one round could all land on one broker,
+        which the grace period would then keep overloaded."""
         own = self.service.ownership
         if own is None:
             return None
@@ -158,7 +161,10 @@ class LoadManager:
                 brokers = [b for b in brokers if b.broker_id in allowed]
         if not brokers:
             return None
-        return self.choose(brokers, bundle).broker_id
+        fresh = [b for b in brokers if b.broker_id not in given]
+        chosen = self.choose(fresh or brokers, bundle).broker_id
+        given.add(chosen)
+        return chosen
 
     # ------------------------------------------------------------------ the leader's loop
     async def _lead(self) -> None:
@@ -186,8 +192,9 @@ class LoadManager:
         self.skipped = dict(plan.skipped)
         done: list[Move] = []
         brokers: set[str] = set()
+        given: set[str] = set()
         for unload in plan.unloads:
-            destination = await self._destination(unload.bundle, unload.broker) or ""
+            destination = await self._destination(unload.bundle, unload.broker, given) or ""
             query = f"?destinationBroker={urllib.parse.quote(destination)}" if destination else ""
             ok, detail = await self._call_owner(unload.broker, "PUT", _bundle_path(unload.bundle, "unload") + query)
             reason = (
