@@ -101,6 +101,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/admin/v2/brokers/{cluster}"): SUPERUSER_ONLY,
     ("GET", "/admin/v2/brokers/leaderBroker"): SUPERUSER_ONLY,
     ("GET", "/admin/v2/brokers/configuration/runtime"): SUPERUSER_ONLY,
+    # broker-stats (broker/admin/broker_stats.py): Pulsar's BrokerStatsBase checks a superuser
+    ("GET", "/admin/v2/broker-stats/load-report"): SUPERUSER_ONLY,
+    ("GET", "/admin/v2/broker-stats/load-balancer"): SUPERUSER_ONLY,
     ("GET", "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces"): SUPERUSER_ONLY,
     ("POST", "/admin/v2/brokers/shutdown"): SUPERUSER_ONLY,
     ("GET", _ISOLATION): SUPERUSER_ONLY,
