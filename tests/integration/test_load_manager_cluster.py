@@ -348,10 +348,12 @@ async def test_a_bundle_over_the_topic_limit_splits_under_running_clients(cluste
         _, stats = _call(cluster.admin_urls[0] + "/admin/v2/broker-stats/load-balancer")
         splits = [m for m in stats["recentMoves"] if m["kind"] == "split" and m["bundle"].startswith("public/split/")]
         assert splits and splits[-1]["reason"] == "over topics limit", stats
-        # The halves went by load: the parent's owner carried the namespace's traffic, so neither
-        # half was placed back on it.
+        # The halves went by load: the parent's owner carried the namespace's traffic and the other
+        # brokers none, so they are not both placed back on it. (Not "neither": the leader's
+        # placement reads usage smoothed over its rounds, which may still show the parent's owner
+        # as it was before this traffic, and then it is as good a pick as the others.)
         parent_owner = splits[-1]["fromBroker"]
-        assert parent_owner not in owners.values(), (parent_owner, owners)
+        assert set(owners.values()) != {parent_owner}, (parent_owner, owners)
     except BaseException:
         await _abandon(workloads)
         raise
