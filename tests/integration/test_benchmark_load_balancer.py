@@ -52,5 +52,6 @@ def test_quick_load_balancer_benchmark_measures_every_figure(tmp_path: Path) -> 
     assert isinstance(summary["balance_s"], float) and summary["balance_s"] > 0, summary
     assert summary["balance_intervals"] == pytest.approx(summary["balance_s"] / summary["shedding_interval_s"])
     assert summary["ratio_after"] < summary["ratio_before"], summary
+    assert summary["max_mean_after"] < summary["max_mean_before"], summary
     joined = min(run["bundles_before"], key=run["bundles_before"].get)
     assert run["bundles_before"][joined] == 0 and run["bundles_after"][joined] > 0, run
