@@ -65,10 +65,13 @@ def test_cluster_wide_routes_are_superuser_only() -> None:
     cluster_wide = [
         key
         for key in RULES
-        if key[1].startswith(("/admin/v2/bookies", "/admin/v2/clusters/", "/admin/v2/brokers"))
+        if key[1].startswith(
+            ("/admin/v2/bookies", "/admin/v2/clusters/", "/admin/v2/brokers", "/admin/v2/broker-stats")
+        )
         and key[1] != "/admin/v2/brokers/health"  # a probe, open as Pulsar's
     ]
-    assert len(cluster_wide) == 18
+    # ownedNamespaces, shutdown and the two broker-stats routes of the load manager among them
+    assert len(cluster_wide) == 22
     assert all(RULES[key].kind is Kind.SUPERUSER for key in cluster_wide)
     assert RULES[("PUT", "/admin/v2/tenants/{tenant}")].kind is Kind.SUPERUSER
     assert RULES[("GET", "/admin/v2/tenants")].kind is Kind.SUPERUSER
