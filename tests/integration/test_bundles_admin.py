@@ -62,7 +62,7 @@ def ranges(sa: StandaloneProcess, ns: str) -> BundleRanges:
     return BundleRanges.from_json(doc)
 
 
-def test_a_namespace_without_stored_bundles_has_four_equal_ones(sa: StandaloneProcess) -> None:
+def test_public_default_has_four_equal_bundles(sa: StandaloneProcess) -> None:
     status, doc = admin_call(sa, "GET", "/admin/v2/namespaces/public/default/bundles")
     assert status == 200
     assert doc == {
@@ -161,3 +161,15 @@ def test_brokers_shutdown_ends_the_standalone_with_exit_code_zero(tmp_path: Path
         assert done.returncode == 0, done.stderr
         assert fresh.proc is not None
         assert fresh.proc.wait(60) == 0, fresh.log_tail()
+
+
+def test_a_namespace_keeps_the_bundles_it_was_created_with(sa: StandaloneProcess) -> None:
+    """The default count is stored at creation, as Pulsar stores it, so a broker started later with
+    another defaultNumberOfNamespaceBundles computes the same bundle for every topic."""
+    ns = new_namespace(sa)
+    status, doc = admin_call(sa, "GET", f"/admin/v2/namespaces/{ns}")
+    assert status == 200
+    assert doc["bundles"] == {
+        "boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"],
+        "numBundles": 4,
+    }

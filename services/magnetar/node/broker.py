@@ -47,7 +47,7 @@ class BrokerNode(Node):
             self.config, self.store, ledgers, BrokerMetrics(), clustered=True, bundles=self.bundles
         )
         self.broker.cluster = self.cluster  # whose namespace isolation policies apply (broker/cluster/isolation.py)
-        await ensure_default_namespace(self.broker.resources, self.cluster)
+        await ensure_default_namespace(self.broker.resources, self.cluster, self.bundles)
         self.listeners = BrokerListeners(self.broker)
         await self.listeners.start()
         await self.broker.start()

@@ -93,7 +93,7 @@ class Standalone(Node):
 
     async def _ensure_defaults(self) -> None:
         assert self.broker is not None
-        await ensure_default_namespace(self.broker.resources, self.config.cluster)
+        await ensure_default_namespace(self.broker.resources, self.config.cluster, self.broker.bundles)
 
     async def stop(self) -> None:
         if self.broker is not None:

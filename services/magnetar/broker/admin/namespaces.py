@@ -50,7 +50,7 @@ class NamespaceRoutes:
 
     async def create_namespace(self, request: web.Request) -> web.StreamResponse:
         await self.service.resources.create_namespace(
-            request.match_info["tenant"], request.match_info["ns"], await json_body(request)
+            request.match_info["tenant"], request.match_info["ns"], await json_body(request), self.service.bundles
         )
         return web.Response(status=204)
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from magnetar.broker.loadbalance.bundle_ranges import BundleRanges, InvalidBundle
+from magnetar.broker.loadbalance.bundle_ranges import BundleRanges, InvalidBundle, equal
 from magnetar.broker.policies.model import PolicyError, check_consistent, normalize_all, updated
 from magnetar.metadata import paths
 from magnetar.metadata.store import MUST_NOT_EXIST, MetadataStore
@@ -93,7 +93,13 @@ class Resources:
             raise NamespaceNotFound(f"namespace {tenant}/{ns} does not exist")
         return _load(found.value), found.version
 
-    async def create_namespace(self, tenant: str, ns: str, policies: dict[str, Any] | None) -> None:
+    async def create_namespace(
+        self, tenant: str, ns: str, policies: dict[str, Any] | None, default_bundles: int | None = None
+    ) -> None:
+        """Create a namespace. Its bundle ranges are stored with it, as Pulsar does: the ``bundles``
+        of the body, else ``default_bundles`` equal ranges (the broker's
+        defaultNumberOfNamespaceBundles), so a later change of that setting, or brokers started
+        with different values, never move the topics of an existing namespace between bundles."""
         await self.get_tenant(tenant)
         doc = normalize_all(policies or {})
         if (policies or {}).get("bundles") is not None:  # Pulsar's BundlesData: {numBundles} or {boundaries}
@@ -101,6 +107,8 @@ class Resources:
                 doc["bundles"] = BundleRanges.from_json((policies or {})["bundles"]).to_json()
             except InvalidBundle as exc:
                 raise PolicyError(str(exc), status=412) from None
+        elif default_bundles is not None:
+            doc["bundles"] = equal(default_bundles).to_json()
         try:
             await self.store.put(paths.namespace(tenant, ns), json.dumps(doc).encode(), MUST_NOT_EXIST)
         except BadVersion as exc:
@@ -231,7 +239,7 @@ class Resources:
             pass
 
 
-async def ensure_default_namespace(res: Resources, cluster: str) -> None:
+async def ensure_default_namespace(res: Resources, cluster: str, bundles: int | None = None) -> None:
     """Create tenant ``public`` and namespace ``public/default`` if missing, as Pulsar's
     standalone and cluster initialisation do; racing brokers are fine (create-only writes)."""
     try:
@@ -239,6 +247,6 @@ async def ensure_default_namespace(res: Resources, cluster: str) -> None:
     except AlreadyExists:
         pass
     try:
-        await res.create_namespace("public", "default", None)
+        await res.create_namespace("public", "default", None, bundles)
     except AlreadyExists:
         pass
