@@ -79,9 +79,11 @@ def release(cluster: Cluster, images: Images) -> Release:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Uninstalling ends the session's release, so the e2e uninstall tests run last: the tests of
     files collected after the main one (the Spark export) use the release before it goes. The
-    secure install (test_secure_install.py, a release of its own) comes after that uninstall."""
+    secure install and the load balancer's (test_secure_install.py, test_load_balancer_on_kubernetes.py:
+    releases of their own, one at a time) come after that uninstall."""
     here = Path(__file__).parent
-    secure = [i for i in items if Path(i.path) == here / "test_secure_install.py"]
+    own_release = (here / "test_load_balancer_on_kubernetes.py", here / "test_secure_install.py")
+    secure = [i for i in items if Path(i.path) in own_release]
     last = [i for i in items if i.name.startswith("test_uninstall") and Path(i.path).parent == here]
     if last or secure:
         items[:] = [i for i in items if i not in last and i not in secure] + last + secure
