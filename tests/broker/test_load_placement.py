@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections import Counter
 
 from magnetar.broker.loadbalance.model import BrokerLoad, BundleStats, ResourceUsage
-from magnetar.broker.loadbalance.placement import LeastResourceUsageWithWeight, select_broker
-from magnetar.broker.loadbalance.settings import LoadBalancerSettings
+from magnetar.broker.loadbalance.placement import (
+    LeastLongTermMessageRate,
+    LeastResourceUsageWithWeight,
+    select_broker,
+    strategy_for,
+)
+from magnetar.broker.loadbalance.settings import LEAST_LONG_TERM_MESSAGE_RATE, LoadBalancerSettings
 
 SETTINGS = LoadBalancerSettings()
 BUNDLES = [f"t/ns{i % 7}/0x{i:08x}_0x{i + 1:08x}" for i in range(400)]
@@ -99,3 +104,19 @@ def test_a_known_bundle_is_priced_by_its_throughput() -> None:
 
 def test_no_candidate_no_choice() -> None:
     assert select_broker([], "t/ns/0x00000000_0xffffffff", {}, SETTINGS) is None
+
+
+def test_least_long_term_message_rate_takes_the_quietest_broker_not_overloaded() -> None:
+    """Pulsar's default placement: lowest msg rate in + out; an overloaded broker only if all are."""
+    reports = {
+        "busy": report("busy", 10, bundles=30),
+        "quiet": report("quiet", 10, bundles=5),
+        "hot": report("hot", 95, bundles=1),  # the lowest rate, but over the 85% overload threshold
+    }
+    chooser = strategy_for(LEAST_LONG_TERM_MESSAGE_RATE, reports, SETTINGS)
+    assert isinstance(chooser, LeastLongTermMessageRate)
+    assert Counter(chooser.select(list(reports), b) for b in BUNDLES) == {"quiet": len(BUNDLES)}
+    assert chooser.select(["hot"], BUNDLES[0]) == "hot"
+    # a quiet broker given the busy broker's bundles since its report is no longer the quietest
+    moved = {"quiet": sorted(reports["busy"].last_stats)}
+    assert chooser.select(["busy", "quiet"], BUNDLES[0], moved) == "busy"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from magnetar.broker.loadbalance.settings import (
+    LEAST_LONG_TERM_MESSAGE_RATE,
     LEAST_RESOURCE_USAGE_WITH_WEIGHT,
     SPLIT_ALGORITHMS,
     THRESHOLD_SHEDDER,
@@ -43,9 +44,10 @@ def _dest(key: str) -> str:
 KEYS: dict[str, str] = {f.metadata["key"]: _dest(f.metadata["key"]) for f in _FIELDS}
 
 
-def _strategy(full: str) -> Callable[[str], str | None]:
-    short = full.rsplit(".", 1)[1]
-    return lambda text: full if text in (full, short) else None
+def _strategy(*names: str) -> Callable[[str], str | None]:
+    """Accept each of ``names`` (Pulsar's class names) or its short name; answer the class name."""
+    known = {n: n for n in names} | {n.rsplit(".", 1)[1]: n for n in names}
+    return known.get
 
 
 def _split_algorithm(text: str) -> str | None:
@@ -62,8 +64,8 @@ def _optional_float(value: Any) -> float | None:
 _NAMED: dict[str, tuple[Callable[[str], str | None], str]] = {
     "load_shedding_strategy": (_strategy(THRESHOLD_SHEDDER), f"ThresholdShedder ({THRESHOLD_SHEDDER})"),
     "load_placement_strategy": (
-        _strategy(LEAST_RESOURCE_USAGE_WITH_WEIGHT),
-        f"LeastResourceUsageWithWeight ({LEAST_RESOURCE_USAGE_WITH_WEIGHT})",
+        _strategy(LEAST_RESOURCE_USAGE_WITH_WEIGHT, LEAST_LONG_TERM_MESSAGE_RATE),
+        "LeastResourceUsageWithWeight or LeastLongTermMessageRate (org.apache.pulsar.broker.loadbalance.impl.*)",
     ),
     "default_namespace_bundle_split_algorithm": (_split_algorithm, " or ".join(SPLIT_ALGORITHMS)),
 }

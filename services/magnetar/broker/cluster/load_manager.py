@@ -2,7 +2,8 @@
 
 Every broker writes its load report (``load_reports.py``), keeps every broker's, campaigns for the
 leadership (``leader.py``) and places the unowned bundles it is asked about by Pulsar's
-``LeastResourceUsageWithWeight`` over those reports (``choose``, the ownership's placement hook).
+``LeastResourceUsageWithWeight`` (or ``LeastLongTermMessageRate``) over those reports (``choose``,
+the ownership's placement hook).
 
 The leader, every ``loadBalancerSheddingIntervalMinutes``, asks the split conditions which bundles
 are too big and splits each at its owner (``PUT .../{bundle}/split``), then asks Pulsar's
@@ -36,7 +37,7 @@ from magnetar.broker.cluster.leader import LeaderElection, LeaderInfo
 from magnetar.broker.cluster.load_reports import LoadReports, LoadSampler, LoadSource
 from magnetar.broker.cluster.ownership import BrokerInfo
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.loadbalance.placement import LeastResourceUsageWithWeight
+from magnetar.broker.loadbalance.placement import strategy_for
 from magnetar.broker.loadbalance.shedding import ThresholdShedder
 from magnetar.broker.loadbalance.split_conditions import find_bundles_to_split, namespace_of
 from magnetar.metadata.store import MetadataStore
@@ -138,7 +139,8 @@ class LoadManager:
             if report is not None and report.last_update > at:
                 self._assigned.pop(broker, None)
                 self._assigned_at.pop(broker, None)
-        strategy = LeastResourceUsageWithWeight(reports, self.settings, self.shedder.history.snapshot())
+        history = self.shedder.history.snapshot()
+        strategy = strategy_for(self.settings.load_placement_strategy, reports, self.settings, history)
         chosen = strategy.select([b.broker_id for b in brokers], bundle, self._assigned)
         pick = next((b for b in brokers if b.broker_id == chosen), brokers[0])
         self._assigned.setdefault(pick.broker_id, set()).add(bundle)

@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from magnetar.broker.loadbalance.broker_usage import weighted_max_usage
 from magnetar.broker.loadbalance.model import BrokerLoad
-from magnetar.broker.loadbalance.settings import LoadBalancerSettings
+from magnetar.broker.loadbalance.settings import LEAST_LONG_TERM_MESSAGE_RATE, LoadBalancerSettings
 
 
 def score(bundle: str, broker: str) -> int:
@@ -93,6 +93,66 @@ class LeastResourceUsageWithWeight:
         if not best:
             best = list(candidates)
         return max(best, key=lambda b: score(bundle, b))
+
+
+class LeastLongTermMessageRate:
+    """Pulsar's ``LeastLongTermMessageRate``, its default placement: the broker with the lowest
+    message rate (in + out) of its bundles, a broker over
+    ``loadBalancerBrokerOverloadedThresholdPercentage`` only when every one is. Reports carry one
+    rate per bundle rather than Pulsar's long-term averages, so the reported rate stands for them.
+    Bundles assigned since the reports add their last reported rate (nothing for a new one, as in
+    Pulsar); equal rates are broken by the same hash as ``LeastResourceUsageWithWeight``."""
+
+    def __init__(
+        self,
+        reports: Mapping[str, BrokerLoad],
+        settings: LoadBalancerSettings,
+        history: Mapping[str, float] | None = None,
+    ) -> None:
+        del history  # the same constructor as LeastResourceUsageWithWeight; rates need no smoothing here
+        self.reports = reports
+        self.settings = settings
+        self._rate = {b: st.msg_rate for load in reports.values() for b, st in load.last_stats.items()}
+
+    def _score(self, broker: str, recent: Collection[str]) -> float:
+        load = self.reports.get(broker)
+        if load is None:
+            return 0.0  # no report yet: a broker that has just joined is idle
+        if load.max_resource_usage() > self.settings.broker_overloaded_threshold_percentage / 100.0:
+            return float("inf")
+        listed = load.bundles | load.last_stats.keys()
+        return load.msg_rate + sum(self._rate.get(b, 0.0) for b in recent if b not in listed)
+
+    def select(
+        self, candidates: Sequence[str], bundle: str, assigned: Mapping[str, Collection[str]] | None = None
+    ) -> str | None:
+        """As ``LeastResourceUsageWithWeight.select``."""
+        if not candidates:
+            return None
+        recent = assigned or {}
+        scores = {b: self._score(b, recent.get(b, ())) for b in candidates}
+        finite = [b for b in candidates if scores[b] != float("inf")]
+        if finite:
+            lowest = min(scores[b] for b in finite)
+            best = [b for b in finite if scores[b] == lowest]
+        else:  # every candidate overloaded: any of them
+            best = list(candidates)
+        return max(best, key=lambda b: score(bundle, b))
+
+
+PlacementStrategy = LeastResourceUsageWithWeight | LeastLongTermMessageRate
+
+
+def strategy_for(
+    name: str,
+    reports: Mapping[str, BrokerLoad],
+    settings: LoadBalancerSettings,
+    history: Mapping[str, float] | None = None,
+) -> PlacementStrategy:
+    """The placement of ``loadBalancerLoadPlacementStrategy`` (a class name of settings.py)."""
+    if name == LEAST_LONG_TERM_MESSAGE_RATE:
+        return LeastLongTermMessageRate(reports, settings, history)
+    return LeastResourceUsageWithWeight(reports, settings, history)
 
 
 def select_broker(

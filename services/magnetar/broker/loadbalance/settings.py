@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 THRESHOLD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder"
+LEAST_LONG_TERM_MESSAGE_RATE = "org.apache.pulsar.broker.loadbalance.impl.LeastLongTermMessageRate"
 LEAST_RESOURCE_USAGE_WITH_WEIGHT = "org.apache.pulsar.broker.loadbalance.impl.LeastResourceUsageWithWeight"
 SPLIT_ALGORITHMS = ("range_equally_divide", "topic_count_equally_divide")
 
@@ -83,7 +84,9 @@ class LoadBalancerSettings:
     )
     load_shedding_strategy: str = _key("loadBalancerLoadSheddingStrategy", THRESHOLD_SHEDDER, "ThresholdShedder")
     load_placement_strategy: str = _key(
-        "loadBalancerLoadPlacementStrategy", LEAST_RESOURCE_USAGE_WITH_WEIGHT, "LeastResourceUsageWithWeight"
+        "loadBalancerLoadPlacementStrategy",
+        LEAST_RESOURCE_USAGE_WITH_WEIGHT,
+        "LeastResourceUsageWithWeight or LeastLongTermMessageRate",
     )
 
 
