@@ -54,7 +54,9 @@ from benchmark import each_run, median_or_reason, report
 from tests.support.cluster import LocalCluster, wait_until
 
 from magnetar.broker.cluster.ownership import topic_hash
+from magnetar.broker.loadbalance.broker_usage import weighted_max_usage
 from magnetar.broker.loadbalance.bundle_ranges import equal
+from magnetar.broker.loadbalance.model import BrokerLoad
 from magnetar.broker.loadbalance.settings import LoadBalancerSettings
 from magnetar.client import aio
 from magnetar.client.options import InitialPosition, Result
@@ -172,13 +174,9 @@ def reports(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
 
 
 def usage(doc: dict[str, Any]) -> float:
-    """A report's largest resource share, as the shedder weighs it (a figure over its limit is left out)."""
-    shares = []
-    for key in ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut"):
-        r = doc[key]
-        if r["limit"] > 0 and r["usage"] <= r["limit"]:
-            shares.append(r["usage"] / r["limit"])
-    return max(shares, default=0.0)
+    """A report's largest resource share, as the shedder weighs it with Pulsar's weights of 1 (a
+    figure over its limit left out): the broker's own computation, on the JSON it answered."""
+    return weighted_max_usage(BrokerLoad.from_doc(doc), LoadBalancerSettings())
 
 
 def msg_rates(docs: dict[str, dict[str, Any]]) -> dict[str, float]:

@@ -32,7 +32,10 @@ from tests.faults.workload import QueueWorkload
 from tests.support.cluster import LocalCluster, wait_until
 
 from magnetar.broker.cluster.ownership import topic_hash
+from magnetar.broker.loadbalance.broker_usage import weighted_max_usage
 from magnetar.broker.loadbalance.bundle_ranges import equal
+from magnetar.broker.loadbalance.model import BrokerLoad
+from magnetar.broker.loadbalance.settings import LoadBalancerSettings
 from magnetar.protocol.topic_name import TopicName
 
 pytestmark = [pytest.mark.timeout(300)]
@@ -152,13 +155,9 @@ def _owners(cluster: LocalCluster, ns: str) -> dict[str, str]:
 
 
 def _weighted_usage(doc: dict[str, Any]) -> float:
-    """The highest resource usage of a report (a fraction), leaving out any over its limit."""
-    figures = []
-    for key in ("cpu", "memory", "directMemory", "bandwidthIn", "bandwidthOut"):
-        r = doc[key]
-        if r["limit"] > 0 and r["usage"] <= r["limit"]:
-            figures.append(r["usage"] / r["limit"])
-    return max(figures, default=0.0)
+    """A report's largest resource share, as the shedder weighs it with Pulsar's weights of 1 (a
+    figure over its limit left out): the broker's own computation, on the JSON it answered."""
+    return weighted_max_usage(BrokerLoad.from_doc(doc), LoadBalancerSettings())
 
 
 def _rates(reports: dict[str, dict[str, Any]]) -> dict[str, float]:
