@@ -360,7 +360,10 @@ async def test_with_the_journal_a_full_disk_refuses_new_adds_and_keeps_every_ack
     allocated (the add is refused up front, BookieReadOnly) and as LMDB commits that fail (retried;
     the acknowledged adds stay readable from the overlay). Once space is freed, LMDB catches up,
     every acknowledged add is in it, and adds are taken again."""
-    with small_fs(tmp_path / "disk", 32) as disk:
+    # The filler must free more than LMDB then needs to take in every journaled add (about what the
+    # journal holds, up to ``leave``): on a 32 MiB disk a filler of 10 MiB against 20 MiB journaled
+    # left LMDB no room to catch up, and the bookie rightly stayed read-only.
+    with small_fs(tmp_path / "disk", 64) as disk:
         leave = rng.randrange(12 << 20, 20 << 20)
         fill_to(disk, 1.0 - leave / shutil.disk_usage(disk).total)
         storage = BookieStorage(disk / "bookie", readonly_threshold=None, journal=True)
