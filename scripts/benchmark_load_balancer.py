@@ -36,13 +36,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import math
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.cluster: the tests' cluster
 from benchmark import each_run, median_or_reason, report
-from tests.support.cluster import LocalCluster, wait_until
+from tests.support.cluster import LocalCluster, http_json, wait_until
 
 from magnetar.broker.cluster.ownership import topic_hash
 from magnetar.broker.loadbalance.broker_usage import weighted_max_usage
@@ -122,17 +119,6 @@ def start(cluster: LocalCluster, brokers: int) -> None:
         br.wait_ready()
 
 
-def call(url: str, method: str = "GET", body: Any = None, timeout: float = 30.0) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw.strip() else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-
-
 def ok(result: tuple[int, Any], what: str) -> Any:
     status, doc = result
     if status not in (200, 204):
@@ -147,9 +133,9 @@ def live(cluster: LocalCluster) -> list[int]:
 def create_namespace(cluster: LocalCluster, ns: str, bundles: int, dedup: bool) -> None:
     base = cluster.admin_urls[live(cluster)[0]]
     url = f"{base}/admin/v2/namespaces/{TENANT}/{ns}"
-    ok(call(url, "PUT", {"bundles": {"numBundles": bundles}}), f"create {ns}")
+    ok(http_json(url, "PUT", {"bundles": {"numBundles": bundles}}), f"create {ns}")
     if dedup:
-        ok(call(f"{url}/deduplication", "POST", True), f"deduplication on {ns}")
+        ok(http_json(f"{url}/deduplication", "POST", True), f"deduplication on {ns}")
 
 
 def owners(cluster: LocalCluster, ns: str) -> dict[str, str]:
@@ -157,7 +143,9 @@ def owners(cluster: LocalCluster, ns: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for i in live(cluster):
         broker = cluster.broker_address(i).broker_id
-        doc = ok(call(f"{cluster.admin_urls[i]}/admin/v2/brokers/local/{broker}/ownedNamespaces"), "ownedNamespaces")
+        doc = ok(
+            http_json(f"{cluster.admin_urls[i]}/admin/v2/brokers/local/{broker}/ownedNamespaces"), "ownedNamespaces"
+        )
         for name in doc:
             if name.startswith(f"{TENANT}/{ns}/"):
                 out[name.rsplit("/", 1)[1]] = broker
@@ -168,7 +156,7 @@ def reports(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
     """Every live broker's load report, sampled now, by broker id."""
     out = {}
     for i in live(cluster):
-        doc = ok(call(cluster.admin_urls[i] + "/admin/v2/broker-stats/load-report"), "load-report")
+        doc = ok(http_json(cluster.admin_urls[i] + "/admin/v2/broker-stats/load-report"), "load-report")
         out[str(doc["brokerId"])] = doc
     return out
 
@@ -311,7 +299,7 @@ async def move_cost(cluster: LocalCluster, moves: int, rate: float) -> dict[str,
                 first = max(0, paced.index_at(t0) - 1)  # the last message sent before the request
                 path = f"/admin/v2/namespaces/{TENANT}/{ns}/{bundle}/unload?destinationBroker={destination}"
                 base = cluster.admin_urls[live(cluster)[0]]
-                ok(await asyncio.to_thread(call, base + path, "PUT"), "unload")
+                ok(await asyncio.to_thread(http_json, base + path, "PUT"), "unload")
                 # The window ends a second after the unload answered: a producer closed just after the
                 # answer still has its pause inside it, and the stream's own gaps are far shorter.
                 back = paced.index_at(time.monotonic() + WINDOW_TAIL_S)

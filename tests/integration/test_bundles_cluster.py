@@ -16,15 +16,13 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from tests.faults.workload import QueueWorkload
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, http_json
 from tests.support.polling import wait_for
 
 from magnetar.broker.cluster.ownership import topic_hash
@@ -55,15 +53,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def _call(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw.strip() else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw.strip() else None
+    return http_json(base + path, method, body, timeout=60)
 
 
 def _admin_cli(admin_url: str, *args: str) -> subprocess.CompletedProcess[str]:

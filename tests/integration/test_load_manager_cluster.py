@@ -18,18 +18,15 @@ shedding.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
 from tests.faults.nemesis import in_thread
 from tests.faults.workload import QueueWorkload
-from tests.support.cluster import LocalCluster, wait_until
+from tests.support.cluster import LocalCluster, http_json, wait_until
 
 from magnetar.broker.cluster.ownership import topic_hash
 from magnetar.broker.loadbalance.broker_usage import weighted_max_usage
@@ -82,21 +79,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         c.close()
 
 
-def _call(url: str, method: str = "GET", body: Any = None, timeout: float = 30.0) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw.strip() else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        try:
-            return exc.code, json.loads(raw)
-        except ValueError:
-            return exc.code, raw.decode(errors="replace")
-
-
 def _live(cluster: LocalCluster) -> list[int]:
     return [i for i, p in enumerate(cluster.brokers) if p.alive]
 
@@ -105,22 +87,22 @@ def _reports(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
     """Every live broker's fresh load report, by broker id."""
     out = {}
     for i in _live(cluster):
-        status, doc = _call(cluster.admin_urls[i] + "/admin/v2/broker-stats/load-report")
+        status, doc = http_json(cluster.admin_urls[i] + "/admin/v2/broker-stats/load-report")
         assert status == 200, doc
         out[doc["brokerId"]] = doc
     return out
 
 
 def _leader(cluster: LocalCluster, i: int) -> str | None:
-    status, doc = _call(cluster.admin_urls[i] + "/admin/v2/brokers/leaderBroker", timeout=5)
+    status, doc = http_json(cluster.admin_urls[i] + "/admin/v2/brokers/leaderBroker", timeout=5)
     return doc["brokerId"] if status == 200 else None
 
 
 def _create_namespace(cluster: LocalCluster, ns: str, bundles: int) -> None:
     base = cluster.admin_urls[_live(cluster)[0]]
-    status, doc = _call(f"{base}/admin/v2/namespaces/public/{ns}", "PUT", {"bundles": {"numBundles": bundles}})
+    status, doc = http_json(f"{base}/admin/v2/namespaces/public/{ns}", "PUT", {"bundles": {"numBundles": bundles}})
     assert status in (200, 204), doc
-    status, doc = _call(f"{base}/admin/v2/namespaces/public/{ns}/deduplication", "POST", True)
+    status, doc = http_json(f"{base}/admin/v2/namespaces/public/{ns}/deduplication", "POST", True)
     assert status in (200, 204), doc
 
 
@@ -146,7 +128,7 @@ def _owners(cluster: LocalCluster, ns: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for i in _live(cluster):
         broker = cluster.broker_address(i).broker_id
-        status, doc = _call(f"{cluster.admin_urls[i]}/admin/v2/brokers/local/{broker}/ownedNamespaces")
+        status, doc = http_json(f"{cluster.admin_urls[i]}/admin/v2/brokers/local/{broker}/ownedNamespaces")
         assert status == 200, doc
         for bundle in doc:
             if bundle.startswith(f"public/{ns}/"):
@@ -245,11 +227,13 @@ async def test_shedding_spreads_a_namespace_placed_on_one_broker(cluster: LocalC
     _create_namespace(cluster, "hot", 8)
     first = cluster.broker_address(0).broker_id
     base = cluster.admin_urls[0]
-    status, doc = _call(f"{base}/admin/v2/namespaces/public/hot/bundles")
+    status, doc = http_json(f"{base}/admin/v2/namespaces/public/hot/bundles")
     assert status == 200 and doc["numBundles"] == 8, doc
     bundles = [f"{lo}_{hi}" for lo, hi in zip(doc["boundaries"], doc["boundaries"][1:], strict=False)]
     for bundle in bundles:  # every bundle's next owner: broker 0
-        status, doc = _call(f"{base}/admin/v2/namespaces/public/hot/{bundle}/unload?destinationBroker={first}", "PUT")
+        status, doc = http_json(
+            f"{base}/admin/v2/namespaces/public/hot/{bundle}/unload?destinationBroker={first}", "PUT"
+        )
         assert status in (200, 204), doc
     topics = _spread_names("hot", 16, 8, 4)
     workloads = [QueueWorkload(cluster.service_url, t, producers=1, rate=25.0, dedup=True) for t in topics]
@@ -303,7 +287,7 @@ async def test_shedding_spreads_a_namespace_placed_on_one_broker(cluster: LocalC
         )
         assert ratio_after < ratio_before
         assert len(set(owners_after.values())) >= 2, owners_after
-        status, stats = _call(cluster.admin_urls[0] + "/admin/v2/broker-stats/load-balancer")
+        status, stats = http_json(cluster.admin_urls[0] + "/admin/v2/broker-stats/load-balancer")
         assert status == 200, stats
         moves = [m for m in stats["recentMoves"] if m["kind"] == "unload" and m["bundle"].startswith("public/hot/")]
         assert moves and all(m["fromBroker"] == first and m["success"] for m in moves), stats
@@ -336,7 +320,7 @@ async def test_a_bundle_over_the_topic_limit_splits_under_running_clients(cluste
         base = cluster.admin_urls[0]
 
         def split() -> dict[str, Any] | None:
-            status, doc = _call(f"{base}/admin/v2/namespaces/public/split/bundles")
+            status, doc = http_json(f"{base}/admin/v2/namespaces/public/split/bundles")
             return doc if status == 200 and doc["numBundles"] >= 2 else None
 
         doc = await in_thread(wait_until, split, 4 * SHEDDING_INTERVAL_S + 20, "the namespace's bundle to split")
@@ -344,7 +328,7 @@ async def test_a_bundle_over_the_topic_limit_splits_under_running_clients(cluste
         owners = await in_thread(_owners, cluster, "split")
         reports = _reports(cluster)
         print(f"\nsplit: {doc} owners {owners} usage { {b: round(_weighted_usage(r), 3) for b, r in reports.items()} }")
-        _, stats = _call(cluster.admin_urls[0] + "/admin/v2/broker-stats/load-balancer")
+        _, stats = http_json(cluster.admin_urls[0] + "/admin/v2/broker-stats/load-balancer")
         splits = [m for m in stats["recentMoves"] if m["kind"] == "split" and m["bundle"].startswith("public/split/")]
         assert splits and splits[-1]["reason"] == "over topics limit", stats
         # The halves went by load: the parent's owner carried the namespace's traffic and the other
@@ -389,5 +373,5 @@ async def test_kill9_of_the_leader_elects_another_within_a_lease_which_goes_on_s
 
 
 def _shedding_rounds(cluster: LocalCluster, i: int) -> int:
-    status, stats = _call(cluster.admin_urls[i] + "/admin/v2/broker-stats/load-balancer", timeout=5)
+    status, stats = http_json(cluster.admin_urls[i] + "/admin/v2/broker-stats/load-balancer", timeout=5)
     return int(stats["lastShedding"]["rounds"]) if status == 200 and stats.get("isLeader") else 0

@@ -51,6 +51,23 @@ _ports_lock = threading.Lock()
 _ports_given: set[int] = set()
 
 
+def http_json(url: str, method: str = "GET", body: Any = None, timeout: float = 30.0) -> tuple[int, Any]:
+    """One admin REST call to any broker: the status and the decoded JSON body (None when empty),
+    for errors too (an error body that is not JSON comes back as its text)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw.strip() else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw) if raw.strip() else None
+        except ValueError:
+            return exc.code, raw.decode(errors="replace")
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct free loopback ports, never handed out twice in this test session.
 
