@@ -61,6 +61,9 @@ class FakeBroker:
         self.subs: dict[int, FakeSub] = {}
         self.producer_topics: dict[int, str] = {}
         self.writes_received = 0  # socket reads that carried data: shows write coalescing
+        # Registrations to close again at once: the next this many ``producer`` / ``subscribe``
+        # answers are followed, in the same write, by a pushed close (the topic moved again).
+        self.close_after_answer = 0
         self._changed = asyncio.Event()
         self._server: asyncio.Server | None = None
         self.url = ""
@@ -133,6 +136,12 @@ class FakeBroker:
             self._changed.set()
             writer.close()
 
+    def _close_at_once(self) -> bool:
+        if self.close_after_answer <= 0:
+            return False
+        self.close_after_answer -= 1
+        return True
+
     def _reply(self, writer: asyncio.StreamWriter, frame: dict[str, Any]) -> None:
         writer.write(encode_frame(frame))
 
@@ -173,15 +182,18 @@ class FakeBroker:
             self.logs.setdefault(f["topic"], [])
             self.producer_topics[f["producer_id"]] = f["topic"]
             self.producer_writers[f["producer_id"]] = w
-            self._reply(
-                w,
-                {
-                    "t": cmds.PRODUCER_SUCCESS,
-                    "rid": rid,
-                    "producer_name": f.get("producer_name") or f"fake-{f['producer_id']}",
-                    "last_sequence_id": -1,
-                },
-            )
+            answer = {
+                "t": cmds.PRODUCER_SUCCESS,
+                "rid": rid,
+                "producer_name": f.get("producer_name") or f"fake-{f['producer_id']}",
+                "last_sequence_id": -1,
+            }
+            if self._close_at_once():
+                del self.producer_writers[f["producer_id"]], self.producer_topics[f["producer_id"]]
+                pushed = {"t": cmds.CLOSE_PRODUCER, "producer_id": f["producer_id"]}
+                w.write(encode_frame(answer) + encode_frame(pushed))  # one write: read in one chunk
+                return
+            self._reply(w, answer)
         elif t == cmds.SEND:
             pid, seq = f["producer_id"], f["seq"]
             if len(f["payload"]) > self.max_message_size:
@@ -243,6 +255,11 @@ class FakeBroker:
                 sub_type=f["sub_type"],
                 subscription=f["subscription"],
             )
+            if self._close_at_once():
+                del self.subs[f["consumer_id"]]
+                pushed = {"t": cmds.CLOSE_CONSUMER, "consumer_id": f["consumer_id"]}
+                w.write(encode_frame({"t": cmds.SUCCESS, "rid": rid}) + encode_frame(pushed))
+                return
             self._reply(w, {"t": cmds.SUCCESS, "rid": rid})
         elif t == cmds.FLOW:
             if f["consumer_id"] in self.subs:

@@ -154,6 +154,31 @@ async def test_close_producer_push_moves_the_producer_to_the_new_owner(broker_fa
     assert len(a.sent("send")) == 1 and len(b.sent("send")) == 1
 
 
+async def test_a_producer_closed_by_the_broker_right_after_its_answer_attaches_again(fake_broker):
+    # The answer and the pushed close arrive in one read: the close is dispatched before the
+    # attaching task resumes. The producer must not take itself for attached (its sends would go
+    # to a registration the broker has dropped, and the refusals to no one).
+    fake_broker.close_after_answer = 1
+    async with aio.Client(fake_broker.url) as client:
+        record_sleeps(client)
+        producer = await client.create_producer("rc", batching_enabled=False, send_timeout_millis=5000)
+        msg_id = await producer.send(b"after the move")
+    assert msg_id.entry_id() == 0
+    _, second = fake_broker.sent("producer")  # exactly two registrations: the closed one, then this
+    assert [s["producer_id"] for s in fake_broker.sent("send")] == [second["producer_id"]]
+
+
+async def test_a_consumer_closed_by_the_broker_right_after_subscribing_subscribes_again(fake_broker):
+    async with aio.Client(fake_broker.url) as client:
+        record_sleeps(client)
+        fake_broker.close_after_answer = 1
+        consumer = await client.subscribe("rc", "s", initial_position=InitialPosition.Earliest)
+        await _produce(client, 1)
+        assert (await consumer.receive(timeout_millis=5000)).data() == b"m0"
+    _, second = fake_broker.sent("subscribe")
+    assert {f["consumer_id"] for f in fake_broker.sent("flow")} == {second["consumer_id"]}
+
+
 async def test_retryable_send_error_reattaches_and_resends_instead_of_failing(fake_broker):
     fake_broker.fail("send", "PersistenceError", times=1)
     async with aio.Client(fake_broker.url) as client:

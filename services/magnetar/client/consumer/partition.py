@@ -113,6 +113,8 @@ class PartitionConsumer(Permits, AckSender, RedeliveryRequests, ChunkReceipt, Se
             conn.unregister_consumer(cid)
             conn.request_nowait(cmds.close_consumer(cid))
             return
+        if not conn.holds_consumer(cid, self):  # the topic moved again before this task resumed
+            raise NotConnected(f"broker {conn.url} closed the consumer on {self.topic} as it subscribed")
         try:
             conn.write(cmds.flow(cid, self.permits.initial()))
         except MagnetarError as exc:

@@ -225,11 +225,20 @@ class Connection:
     def unregister_producer(self, producer_id: int) -> None:
         self._producers.pop(producer_id, None)
 
+    def holds_producer(self, producer_id: int, handler: ProducerHandler) -> bool:
+        """Whether ``producer_id`` is still ``handler``'s here: a ``close_producer`` pushed right after
+        the broker's answer is dispatched before the attaching task resumes, and takes it out."""
+        return self._producers.get(producer_id) is handler
+
     def register_consumer(self, consumer_id: int, handler: ConsumerHandler) -> None:
         self._consumers[consumer_id] = handler
 
     def unregister_consumer(self, consumer_id: int) -> None:
         self._consumers.pop(consumer_id, None)
+
+    def holds_consumer(self, consumer_id: int, handler: ConsumerHandler) -> bool:
+        """``holds_producer`` for consumers (a ``close_consumer`` pushed right after ``success``)."""
+        return self._consumers.get(consumer_id) is handler
 
     # ---------------------------------------------------------------- writing
 

@@ -114,8 +114,14 @@ class Attachment:
     """The attach / detach / re-attach state shared by ``PartitionProducer`` and ``PartitionConsumer``.
 
     Subclasses implement ``_attach(conn)`` (register on ``conn``; on success set ``self._conn`` and
-    call ``self._attached.set()`` without awaiting anything after the broker's answer, so that no
-    frame can slip in between) and ``_give_up(exc)`` (fail for good).
+    call ``self._attached.set()`` without awaiting anything after the broker's answer) and
+    ``_give_up(exc)`` (fail for good). Frames can still come between the answer and the moment the
+    attaching task resumes: the connection dispatches the rest of what it read first. A pushed
+    ``close_producer`` / ``close_consumer`` among them (the topic moved again at once) finds no
+    attached object to detach, only the registration it removes; so ``_attach`` checks that its
+    registration is still there (``Connection.holds_producer``) and otherwise raises the retryable
+    ``NotConnected``, and the attach is tried again. Without that check the object believed itself
+    attached to a broker that had closed it, and its sends or flow permits went unanswered.
     """
 
     topic: str

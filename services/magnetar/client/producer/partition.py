@@ -63,6 +63,8 @@ class PartitionProducer(Sending, Receipts):
             conn.unregister_producer(pid)
             conn.request_nowait(cmds.close_producer(pid))
             return
+        if not conn.holds_producer(pid, self):  # the topic moved again before this task resumed
+            raise NotConnected(f"broker {conn.url} closed the producer on {self.topic} as it was registered")
         self.producer_id = pid
         self.producer_name = str(answer.get("producer_name") or self.producer_name)
         if self._schema is not None and answer.get("schema_version") is not None:
