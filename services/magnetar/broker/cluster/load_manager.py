@@ -37,6 +37,7 @@ from magnetar.broker.cluster.leader import LeaderElection, LeaderInfo
 from magnetar.broker.cluster.load_reports import LoadReports, LoadSampler, LoadSource
 from magnetar.broker.cluster.ownership import BrokerInfo
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.loadbalance.bundle_ranges import parse_bundle
 from magnetar.broker.loadbalance.placement import strategy_for
 from magnetar.broker.loadbalance.shedding import ThresholdShedder
 from magnetar.broker.loadbalance.split_conditions import find_bundles_to_split, namespace_of
@@ -239,7 +240,8 @@ class LoadManager:
             done.append(move)
             if ok:
                 self.splits += 1
-                self.recently_unloaded[split.bundle] = now  # its halves are being placed: not shed too
+                for bundle in [split.bundle, *await self._parts_of(split.bundle)]:
+                    self.recently_unloaded[bundle] = now  # its halves are being placed: not shed too
             log.info(
                 "load manager: split %s on %s (%s): %s",
                 split.bundle,
@@ -248,6 +250,30 @@ class LoadManager:
                 "done" if ok else detail,
             )
         return done
+
+    async def _parts_of(self, bundle: str) -> list[str]:
+        """The namespace's bundles now inside ``bundle``'s range (its halves, once split).
+
+        The owner's next load report already lists the halves, with the traffic the parent had
+        before its clients moved: without the grace period, the shedding right after the split
+        would unload a half again while its clients are still re-attaching, a second move for
+        nothing."""
+        own = self.service.ownership
+        if own is None:
+            return []
+        ns, _, name = bundle.rpartition("/")
+        tenant, _, namespace = ns.partition("/")
+        try:
+            lo, hi = parse_bundle(name)
+            ranges, _ = await own.read_ranges(tenant, namespace)
+        except Exception:  # the store is away or the name is odd: the grace period covers the parent only
+            return []
+        parts = []
+        for part in ranges.names():
+            p_lo, p_hi = parse_bundle(part)
+            if lo <= p_lo and p_hi <= hi and part != name:
+                parts.append(f"{ns}/{part}")
+        return parts
 
     async def _bundle_counts(self, namespaces: Iterable[str]) -> dict[str, int]:
         own = self.service.ownership
