@@ -338,8 +338,7 @@ def test_peek_returns_an_encrypted_entry_whole_and_still_encrypted(
 
 
 def test_spark_rows_carry_an_encrypted_entry_as_one_opaque_row(keys: dict[str, tuple[str, str]]) -> None:
-    from magnetar.jobs.ledger_reads import StoredEntry
-    from magnetar.jobs.rows import ENCRYPTION_KEY_PREFIX, ENCRYPTION_KEYS, RowColumns
+    from magnetar.columnar.message_rows import ENCRYPTION_KEY_PREFIX, ENCRYPTION_KEYS, RowColumns, StoredEntry
 
     pub, priv = keys["rsa"]
     records = [[f"m{i}".encode(), {"i": str(i)}, "k", 0, i] for i in range(3)]

@@ -23,8 +23,7 @@ import magnetar
 from magnetar import InitialPosition, MessageId
 from magnetar.client import aio
 from magnetar.client.options import ConsumerDeadLetterPolicy, ConsumerType
-from magnetar.jobs.ledger_reads import StoredEntry
-from magnetar.jobs.rows import entry_rows
+from magnetar.columnar.message_rows import StoredEntry, entry_rows
 from magnetar.protocol.batch import encode_batch, make_record
 
 pytestmark = pytest.mark.timeout(120)

@@ -6,8 +6,7 @@ it is handed over whole with the properties that let a job put the message back 
 
 from __future__ import annotations
 
-from magnetar.jobs.ledger_reads import StoredEntry
-from magnetar.jobs.rows import CHUNK_COUNT, CHUNK_ID, CHUNK_TOTAL_SIZE, CHUNK_UUID, entry_rows
+from magnetar.columnar.message_rows import CHUNK_COUNT, CHUNK_ID, CHUNK_TOTAL_SIZE, CHUNK_UUID, StoredEntry, entry_rows
 from magnetar.protocol.entry import META_CHUNK_ID, META_CHUNK_UUID, META_NUM_CHUNKS, META_TOTAL_CHUNK_SIZE
 
 

@@ -3,7 +3,7 @@ versions (Parquet's rule: union by name in first-seen order, int->long and float
 conflict named), and entries decoded with their writer version into the merged struct.
 
 Payloads are written with fastavro (Avro) and json (JSON) as a producer with a schema writes them,
-and go through ``rows.RowColumns`` into Arrow, so what is checked is what Spark receives.
+and go through ``columnar.message_rows.RowColumns`` into Arrow, so what is checked is what Spark receives.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from magnetar.jobs.ledger_reads import StoredEntry
-from magnetar.jobs.rows import COLUMNS, entry_rows
+from magnetar.columnar.message_rows import COLUMNS, StoredEntry, entry_rows
 from magnetar.jobs.schema_versions import SchemaVersion, listed_versions, live_versions, schema_key
 from magnetar.jobs.source import SCHEMA, typed_schema
 from magnetar.jobs.value_schema import TypedValues

@@ -36,11 +36,12 @@ from typing import Any
 
 from magnetar.bookie.client_security import BookieClientSecurity
 from magnetar.bookie.tcp_client import TcpBookieClient
+from magnetar.columnar.message_rows import StoredEntry
 from magnetar.jobs.credentials import JobCredentials
 from magnetar.jobs.topic_plan import LedgerRange
 from magnetar.ledger.distribution import write_set
 from magnetar.protocol.checksum import crc32c
-from magnetar.protocol.entry import EntryMeta, decode_entry
+from magnetar.protocol.entry import decode_entry
 from magnetar.protocol.errors import ChecksumError, NotConnected, Timeout
 
 # Entries requested at once per range: enough to hide the round trips to the bookies, few enough
@@ -62,15 +63,6 @@ class ReadStats:
     bytes: int = 0
     reads: Counter[str] = field(default_factory=Counter)
     failovers: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class StoredEntry:
-    """One verified entry: its id, its metadata map and its (still compressed) payload."""
-
-    entry_id: int
-    meta: EntryMeta
-    payload: bytes
 
 
 class _Ensembles:

@@ -7,7 +7,7 @@ Spark 4's Python data source API (``pyspark.sql.datasource``). Planning runs onc
 bookies holding them (``topic_plan``), the pushed-down filters drop what cannot match
 (``pushdown``), and each remaining ledger range becomes one ``InputPartition``. Each Spark task then
 reads its range from the bookies over TCP (``ledger_reads``: a replica of each entry's write set,
-CRC-checked, failing over to another replica) and decodes the entries into rows (``rows``), handed
+CRC-checked, failing over to another replica) and decodes the entries into rows (``columnar.message_rows``), handed
 to Spark as Arrow record batches. The brokers are asked only for metadata, never for the data.
 
 Options: ``adminUrl`` (required); one of ``topic`` / ``topics`` (comma-separated) / ``namespace`` /

@@ -25,13 +25,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from magnetar.columnar.message_rows import COLUMNS, SCHEMA_VERSION_COLUMN, VALUE_COLUMN, RowColumns
 from magnetar.jobs.admin_client import AdminClient
 from magnetar.jobs.credentials import JobCredentials
 from magnetar.jobs.ledger_reads import RangeReader
 from magnetar.jobs.pushdown import DEFAULT_PUBLISH_TIME_SLACK_MS
-from magnetar.jobs.rows import COLUMNS, RowColumns
 from magnetar.jobs.topic_plan import DEFAULT_ENTRIES_PER_RANGE, LedgerRange, parse_positions, resolve_topics
-from magnetar.jobs.value_schema import SCHEMA_VERSION_COLUMN, VALUE_COLUMN, TypedValues, ValueDecoder, typed_values
+from magnetar.jobs.value_schema import TypedValues, ValueDecoder, typed_values
 from magnetar.protocol.topic_name import TopicName
 
 # Rows per Arrow batch handed to Spark: big enough to amortise the per-batch cost, small enough

@@ -58,9 +58,6 @@ from magnetar.schema.info import SchemaType
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION_COLUMN = "schema_version"
-VALUE_COLUMN = "value"
-
 
 @lru_cache(maxsize=256)
 def _parsed(definition: str) -> Any:
@@ -145,6 +142,11 @@ class ValueDecoder:
         self.unknown: dict[int, int] = {}  # sv -> messages left null because the version is unknown
         self.failed = 0
         self._readers: dict[int, Callable[[bytes], Any]] = {}
+
+    @property
+    def value_type(self) -> Any:
+        """The Arrow type of the ``value`` column, as ``columnar.message_rows.RowColumns`` builds it."""
+        return arrow_type(self.node)
 
     def _reader(self, sv: int) -> Callable[[bytes], Any] | None:
         reader = self._readers.get(sv)

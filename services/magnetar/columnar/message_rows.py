@@ -22,23 +22,23 @@ the compression and the number of messages inside).
 Rows are built as columns and handed to Spark as ``pyarrow.RecordBatch``es: several times faster
 than Python tuples, which Spark would convert to Arrow itself, value by value.
 
-A topic with an AVRO or JSON schema adds two columns after these (``value_schema``): the entry's
-``schema_version`` (meta ``sv``, WIRE.md R122; null when written without a schema) and the typed
-``value`` decoded with that version (null for a chunk, an encrypted entry, a null-value message,
-and a version the registry no longer has).
+A topic with an AVRO or JSON schema adds two columns after these: the entry's ``schema_version``
+(meta ``sv``, WIRE.md R122; null when written without a schema) and the typed ``value`` decoded
+with that version (null for a chunk, an encrypted entry, a null-value message, and a version the
+registry no longer has). Decoding needs the schema registry, which lives far above this package:
+the decoder is handed in as a ``ValueDecoding`` (the Spark jobs' ``value_schema.ValueDecoder`` is
+one), so the rows are built here without knowing where the schemas come from.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 
-from magnetar.jobs.ledger_reads import StoredEntry
-from magnetar.jobs.value_schema import SCHEMA_VERSION_COLUMN, VALUE_COLUMN, ValueDecoder
-from magnetar.jobs.value_types import arrow_type
 from magnetar.protocol.batch import decode_batch
 from magnetar.protocol.entry import (
     META_CHUNK_ID,
@@ -49,6 +49,27 @@ from magnetar.protocol.entry import (
     META_TOTAL_CHUNK_SIZE,
     EntryMeta,
 )
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """One verified entry: its id, its metadata map and its (still compressed) payload."""
+
+    entry_id: int
+    meta: EntryMeta
+    payload: bytes
+
+
+class ValueDecoding(Protocol):
+    """What the typed ``value`` column needs from a topic's schemas (``jobs.value_schema.ValueDecoder``)."""
+
+    @property
+    def value_type(self) -> Any:
+        """The Arrow type of the ``value`` column (the merge of the topic's schema versions)."""
+
+    def decode(self, sv: int | None, payloads: Sequence[bytes | None]) -> list[Any]:
+        """The values of one entry's messages, written with schema version ``sv`` (null where none)."""
+
 
 # The columns, in the order of the data source's schema (``source.SCHEMA_DDL``).
 COLUMNS = (
@@ -65,6 +86,10 @@ COLUMNS = (
     "producer_name",
     "sequence_id",
 )
+
+# The two columns a topic with a schema adds after ``COLUMNS``.
+SCHEMA_VERSION_COLUMN = "schema_version"
+VALUE_COLUMN = "value"
 
 # Properties that mark a row as one chunk of a chunked message (not joined, see above).
 CHUNK_UUID = "magnetar.chunk.uuid"
@@ -137,14 +162,14 @@ class RowColumns:
         ledger_id: int,
         *,
         keep: EntryTest | None = None,
-        values: ValueDecoder | None = None,
+        values: ValueDecoding | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.ledger_id = ledger_id
         self.keep = keep  # pushed-down entry-id / publish-time filters, applied per entry
         self.values = values  # the typed columns' decoder (None: a read without them)
-        self.schema = ARROW_SCHEMA if values is None else typed_arrow_schema(arrow_type(values.node))
+        self.schema = ARROW_SCHEMA if values is None else typed_arrow_schema(values.value_type)
         self.skipped_entries = 0
         self._clear()
 
@@ -253,7 +278,7 @@ class RowColumns:
 
 
 def entry_rows(
-    topic: str, partition: int, ledger_id: int, entry: StoredEntry, values: ValueDecoder | None = None
+    topic: str, partition: int, ledger_id: int, entry: StoredEntry, values: ValueDecoding | None = None
 ) -> list[dict[str, Any]]:
     """The rows of one entry as dicts (tools and tests; the data source uses ``RowColumns``)."""
     cols = RowColumns(topic, partition, ledger_id, values=values)
