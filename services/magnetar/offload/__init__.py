@@ -1,0 +1,28 @@
+"""Object stores that closed ledgers are offloaded to (Pulsar's tiered storage): the drivers, their
+settings (Pulsar's ``OffloadPolicies``), where S3 credentials come from, and the errors they raise.
+
+The managed ledger above uses it; it uses nothing above ``magnetar.ledger``.
+"""
+
+from magnetar.offload.blob_store import BlobStore, ObjectInfo, put_verified, verify_object
+from magnetar.offload.errors import (
+    CorruptObject,
+    InvalidOffloadConfig,
+    ObjectNotFound,
+    ObjectStoreAccessDenied,
+    ObjectStoreError,
+    ObjectStoreUnavailable,
+)
+
+__all__ = [
+    "BlobStore",
+    "CorruptObject",
+    "InvalidOffloadConfig",
+    "ObjectInfo",
+    "ObjectNotFound",
+    "ObjectStoreAccessDenied",
+    "ObjectStoreError",
+    "ObjectStoreUnavailable",
+    "put_verified",
+    "verify_object",
+]
