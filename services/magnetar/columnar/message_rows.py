@@ -124,6 +124,17 @@ def encryption_properties(meta: EntryMeta) -> dict[str, str]:
     return props
 
 
+def is_chunk(meta: EntryMeta) -> bool:
+    """Whether an entry is one chunk of a larger message (one opaque row, see above)."""
+    return int(meta.get(META_NUM_CHUNKS, 1)) > 1
+
+
+def is_opaque(meta: EntryMeta) -> bool:
+    """Whether an entry becomes one row whose ``payload`` is the entry's payload as stored (a chunk
+    or an encrypted entry), rather than one row per message of its batch."""
+    return is_chunk(meta) or META_ENCRYPTION_KEYS in meta
+
+
 # The Arrow types Spark expects for the schema (``to_arrow_schema`` of it, timezone UTC).
 ARROW_SCHEMA = pa.schema(
     [
@@ -197,7 +208,7 @@ class RowColumns:
             self.skipped_entries += 1
             return
         producer = meta.get("pn")
-        if int(meta.get(META_NUM_CHUNKS, 1)) > 1:
+        if is_chunk(meta):
             self._add_chunk(entry, publish_ms, producer)
             return
         if META_ENCRYPTION_KEYS in meta:
