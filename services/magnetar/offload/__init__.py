@@ -5,6 +5,7 @@ The managed ledger above uses it; it uses nothing above ``magnetar.ledger``.
 """
 
 from magnetar.offload.blob_store import BlobStore, ObjectInfo, put_verified, verify_object
+from magnetar.offload.credentials import S3Credentials, resolve_s3_credentials
 from magnetar.offload.errors import (
     CorruptObject,
     InvalidOffloadConfig,
@@ -13,6 +14,7 @@ from magnetar.offload.errors import (
     ObjectStoreError,
     ObjectStoreUnavailable,
 )
+from magnetar.offload.settings import OffloadPolicies, open_store
 
 __all__ = [
     "BlobStore",
@@ -23,6 +25,10 @@ __all__ = [
     "ObjectStoreAccessDenied",
     "ObjectStoreError",
     "ObjectStoreUnavailable",
+    "OffloadPolicies",
+    "S3Credentials",
+    "open_store",
     "put_verified",
+    "resolve_s3_credentials",
     "verify_object",
 ]
