@@ -154,6 +154,7 @@ class SeaweedFSProcess(ProcessControl):
                     "-s3.port.lance=0",
                     f"-s3.config={identities}",
                     f"-s3.localSocket={self.data_dir / 's3.sock'}",
+                    f"-filer.localSocket={self.data_dir / 'filer.sock'}",
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -193,6 +194,13 @@ class SeaweedFSProcess(ProcessControl):
     def stop(self, timeout: float = 5.0) -> int | None:
         return super().stop(timeout)
 
+    def remove_sockets(self) -> None:
+        """Remove the gRPC unix sockets weed leaves in /tmp (named by port, not configurable)."""
+        for port in self.ports.values():
+            for leftover in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+
     def restart(self, *, hard: bool = True) -> None:
         """Bring SeaweedFS back on the same ports and data; ``hard`` kills it with -9 first."""
         if hard:
@@ -217,3 +225,4 @@ def run_seaweedfs(
         yield weed
     finally:
         weed.stop()
+        weed.remove_sockets()
