@@ -39,6 +39,7 @@ def s3_store_for(
     secret: str | None = None,
     create_bucket: bool = False,
     max_attempts: int = 2,
+    read_timeout: float = 10.0,
 ) -> S3Store:
     """An ``S3Store`` on ``weed`` with the test's right (or a given wrong) secret."""
     config = S3StoreConfig(
@@ -48,7 +49,7 @@ def s3_store_for(
         max_block_size=MIN_BLOCK_SIZE,
         read_buffer_size=READ_BUFFER_SIZE,
         connect_timeout=2.0,
-        read_timeout=10.0,
+        read_timeout=read_timeout,
         max_attempts=max_attempts,
         create_bucket_if_missing=create_bucket,
     )

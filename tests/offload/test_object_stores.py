@@ -40,6 +40,7 @@ async def test_put_info_read_list_delete(any_store: PrefixedStore) -> None:
     assert await store.read(key, 65_530, 200_007) == data[65_530:200_007]
     assert await store.read(key, 299_990, 400_000) == data[299_990:]  # cut at the end
     assert await store.read(key, 5, 5) == b""
+    assert await store.read(key, 400_000, 400_010) == b""  # wholly past the end
     assert await store.list(any_store.prefix) == [key]
 
     await store.delete(key)
@@ -157,9 +158,18 @@ async def test_create_bucket_if_missing(seaweedfs: SeaweedFSProcess) -> None:
 async def test_a_stopped_s3_store_is_unavailable_in_bounded_time_then_works_after_restart(tmp_path: Path) -> None:
     require_weed()
     with run_seaweedfs(tmp_path / "weed") as weed:
-        store = s3_store_for(weed)
+        store = s3_store_for(weed, read_timeout=1.0)
         try:
             await store.put("kept", b"before the outage")
+
+            weed.pause()  # connections are accepted, nothing answers
+            started = time.monotonic()
+            with pytest.raises(ObjectStoreUnavailable, match="ReadTimeoutError"):
+                await store.read_all("kept")
+            assert time.monotonic() - started < 15
+            weed.resume()
+            assert await store.read_all("kept") == b"before the outage"
+
             weed.kill9()
 
             for attempt in (store.read_all("kept"), store.put("new", b"during"), store.info("kept")):
