@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
@@ -374,20 +374,23 @@ class _Spans:
         return False
 
 
-class LedgerObjectReader:
-    """Reads one ledger object through ranged reads of ``source``, each checked against the index.
+class _ObjectParts:
+    """What every read of one object shares, whatever fetches its bytes: the ranges to fetch (the
+    footer once, then row groups), their checks against the index, and the decoding."""
 
-    The footer is read once, at the first use; keep the reader to serve several reads of one object.
-    """
-
-    def __init__(self, source: BinaryIO, index: LedgerIndex) -> None:
-        self.source = source
+    def __init__(self, index: LedgerIndex) -> None:
         self.index = index
-        self._metadata: Any = None
+        self.metadata: Any = None  # the Parquet footer, once read
 
-    def _range(self, what: str, offset: int, length: int, crc: int) -> bytes:
-        self.source.seek(offset)
-        data = self.source.read(length)
+    def footer_range(self) -> tuple[str, int, int, int]:
+        index = self.index
+        return "footer", index.footer_offset, index.size - index.footer_offset, index.footer_crc32c
+
+    def group_range(self, i: int) -> tuple[str, int, int, int]:
+        g = self.index.row_groups[i]
+        return f"row group {i}", g.offset, g.length, g.crc32c
+
+    def checked(self, what: str, offset: int, length: int, crc: int, data: bytes) -> bytes:
         lid = self.index.ledger_id
         if len(data) != length:
             raise CorruptObject(f"ledger {lid} object: {what} truncated ({len(data)} of {length} bytes at {offset})")
@@ -396,42 +399,91 @@ class LedgerObjectReader:
             raise CorruptObject(f"ledger {lid} object: {what} CRC32C {got:#010x}, the index says {crc:#010x}")
         return data
 
-    def metadata(self) -> Any:
-        """The Parquet footer (``pyarrow.parquet.FileMetaData``)."""
-        if self._metadata is None:
-            index = self.index
-            footer = self._range("footer", index.footer_offset, index.size - index.footer_offset, index.footer_crc32c)
-            self._metadata = pq.read_metadata(io.BytesIO(_PARQUET_MAGIC + footer))
-        return self._metadata
+    def parse_footer(self, footer: bytes) -> None:
+        self.metadata = pq.read_metadata(io.BytesIO(_PARQUET_MAGIC + footer))
 
-    def row_group(self, i: int, columns: list[str]) -> Any:
-        """Row group ``i`` as a ``pyarrow.Table`` of ``columns``, its bytes checked first."""
-        g = self.index.row_groups[i]
-        data = self._range(f"row group {i}", g.offset, g.length, g.crc32c)
-        pf = pq.ParquetFile(_Spans(self.index.size, [(g.offset, data)]), metadata=self.metadata())
+    def table(self, i: int, data: bytes, columns: list[str]) -> Any:
+        """Row group ``i`` (its checked bytes) as a ``pyarrow.Table`` of ``columns``."""
+        pf = pq.ParquetFile(_Spans(self.index.size, [(self.index.row_groups[i].offset, data)]), metadata=self.metadata)
         return pf.read_row_group(i, columns=columns)
 
+    def group_at_time(self, publish_ms: int) -> int | None:
+        """The first row group whose latest publish time reaches ``publish_ms``: earlier groups hold
+        no such entry, and this one holds the first (publish times need not be ordered)."""
+        return next((i for i, g in enumerate(self.index.row_groups) if g.max_publish_ms >= publish_ms), None)
+
+    def first_at_time(self, i: int, table: Any, publish_ms: int) -> int:
+        times = table.column("publish_time").cast(pa.int64()).to_pylist()
+        for entry_id, us in zip(table.column("entry_id").to_pylist(), times, strict=True):
+            if us // 1000 >= publish_ms:
+                return int(entry_id)
+        raise CorruptObject(f"ledger {self.index.ledger_id} object: row group {i} has no publish time >= its max")
+
+
+_TIME_COLUMNS = ["entry_id", "publish_time"]
+
+
+class LedgerObjectReader(_ObjectParts):
+    """Reads one ledger object through ranged reads of a seekable ``source`` (file-like), each
+    checked against the index before it is decoded. Keep it to serve several reads of one object:
+    the footer is fetched once."""
+
+    def __init__(self, source: BinaryIO, index: LedgerIndex) -> None:
+        super().__init__(index)
+        self.source = source
+
+    def _fetch(self, what: str, offset: int, length: int, crc: int) -> bytes:
+        self.source.seek(offset)
+        return self.checked(what, offset, length, crc, self.source.read(length))
+
+    def row_group(self, i: int, columns: list[str]) -> Any:
+        if self.metadata is None:
+            self.parse_footer(self._fetch(*self.footer_range()))
+        return self.table(i, self._fetch(*self.group_range(i)), columns)
+
     def read_entries(self, first: int, last: int) -> list[tuple[int, bytes]]:
-        out: list[tuple[int, bytes]] = []
-        for i in self.index.groups_for(first, last):
-            out.extend(e for e in _entries_of(self.row_group(i, _REBUILD_COLUMNS), self.index) if first <= e[0] <= last)
-        return out
+        groups = self.index.groups_for(first, last)
+        return [e for i in groups for e in _entries_of(self.row_group(i, _REBUILD_COLUMNS), self.index, first, last)]
 
     def entry_at_time(self, publish_ms: int) -> int | None:
-        for i, g in enumerate(self.index.row_groups):
-            if g.max_publish_ms < publish_ms:
-                continue
-            table = self.row_group(i, ["entry_id", "publish_time"])
-            times = table.column("publish_time").cast(pa.int64()).to_pylist()
-            for entry_id, us in zip(table.column("entry_id").to_pylist(), times, strict=True):
-                if us // 1000 >= publish_ms:
-                    return int(entry_id)
-            raise CorruptObject(f"ledger {self.index.ledger_id} object: row group {i} has no publish time >= its max")
-        return None
+        i = self.group_at_time(publish_ms)
+        return None if i is None else self.first_at_time(i, self.row_group(i, _TIME_COLUMNS), publish_ms)
 
 
-def _entries_of(table: Any, index: LedgerIndex) -> list[tuple[int, bytes]]:
-    """Rebuild the stored entries of one row group's rows, each checked against its own CRC32C."""
+# Fetches ``length`` bytes at ``offset`` of the object (a ranged read of the store).
+Fetch = Callable[[int, int], Awaitable[bytes]]
+
+
+class AsyncLedgerObjectReader(_ObjectParts):
+    """``LedgerObjectReader`` for an event loop: the object's bytes come from ``fetch`` (e.g. an
+    object store's ranged reads), with the same checks."""
+
+    def __init__(self, fetch: Fetch, index: LedgerIndex) -> None:
+        super().__init__(index)
+        self.fetch = fetch
+
+    async def _fetch(self, what: str, offset: int, length: int, crc: int) -> bytes:
+        return self.checked(what, offset, length, crc, await self.fetch(offset, length))
+
+    async def row_group(self, i: int, columns: list[str]) -> Any:
+        if self.metadata is None:
+            self.parse_footer(await self._fetch(*self.footer_range()))
+        return self.table(i, await self._fetch(*self.group_range(i)), columns)
+
+    async def read_entries(self, first: int, last: int) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        for i in self.index.groups_for(first, last):
+            out.extend(_entries_of(await self.row_group(i, _REBUILD_COLUMNS), self.index, first, last))
+        return out
+
+    async def entry_at_time(self, publish_ms: int) -> int | None:
+        i = self.group_at_time(publish_ms)
+        return None if i is None else self.first_at_time(i, await self.row_group(i, _TIME_COLUMNS), publish_ms)
+
+
+def _entries_of(table: Any, index: LedgerIndex, first: int, last: int) -> list[tuple[int, bytes]]:
+    """Rebuild the stored entries ``first`` .. ``last`` of one row group's rows, each checked
+    against its own CRC32C."""
     ids = table.column("entry_id").to_pylist()
     event_us = table.column("event_time").cast(pa.int64()).to_pylist()
     keys = table.column("key").to_pylist()
@@ -446,6 +498,8 @@ def _entries_of(table: Any, index: LedgerIndex) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     for start, end in zip(starts, [*starts[1:], len(metas)], strict=True):
         entry_id = ids[start]
+        if not first <= entry_id <= last:
+            continue
         where = f"ledger {index.ledger_id} entry {entry_id}"
         if any(i != entry_id for i in ids[start:end]):
             raise CorruptObject(f"{where}: rows of several entries share its meta")
