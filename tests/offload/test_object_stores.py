@@ -55,6 +55,8 @@ async def test_list_returns_only_keys_under_the_prefix_sorted(any_store: Prefixe
         await store.put(any_store.key(name), name.encode())
 
     assert await store.list(any_store.key("b/")) == [any_store.key("b/1"), any_store.key("b/2")]
+    assert await store.list(any_store.key("b")) == [any_store.key("b/1"), any_store.key("b/2")]
+    assert await store.list(any_store.key("x/")) == []
     assert await store.list(any_store.prefix) == [any_store.key(n) for n in ("a/1", "b/1", "b/2", "c")]
 
 
@@ -62,6 +64,8 @@ async def test_an_absent_object_is_not_found_and_deleting_it_is_fine(any_store: 
     store, key = any_store.store, any_store.key("absent")
 
     assert await store.info(key) is None
+    await store.put(any_store.key("file"), b"a file, not a directory")
+    assert await store.info(any_store.key("file/below")) is None
     with pytest.raises(ObjectNotFound, match="absent"):
         await store.read(key, 0, 10)
     with pytest.raises(ObjectNotFound):

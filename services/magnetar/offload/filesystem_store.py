@@ -114,7 +114,7 @@ class FileSystemStore:
         def stat() -> ObjectInfo | None:
             try:
                 size = path.stat().st_size
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 return None
             if not path.is_file():
                 return None
@@ -139,10 +139,16 @@ class FileSystemStore:
         await self._call("delete", key, remove)
 
     async def list(self, prefix: str = "") -> list[str]:
-        return await self._call("list", prefix, lambda: sorted(k for k in self._walk() if k.startswith(prefix)))
+        return await self._call("list", prefix, lambda: sorted(k for k in self._walk(prefix) if k.startswith(prefix)))
 
     async def close(self) -> None:
         return None
+
+    async def __aenter__(self) -> FileSystemStore:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
 
     # ------------------------------------------------------------------------------------- internals
 
@@ -153,10 +159,14 @@ class FileSystemStore:
         _fsync_dir(path.parent)
         return ObjectInfo(key=key, size=size, metadata=metadata)
 
-    def _walk(self) -> Iterator[str]:
-        if not self._root.is_dir():
+    def _walk(self, prefix: str) -> Iterator[str]:
+        """The keys under the deepest directory the prefix names (all of the root if it names none)."""
+        directory_part = prefix.rpartition("/")[0]
+        parts = directory_part.split("/") if directory_part else []
+        start = self._root.joinpath(*parts) if all(p not in ("", ".", "..") for p in parts) else self._root
+        if not start.is_dir():
             return
-        for directory, _dirs, files in os.walk(self._root):
+        for directory, _dirs, files in os.walk(start):
             base = Path(directory).relative_to(self._root)
             for name in files:
                 if name.startswith(TEMP_PREFIX) or name.endswith(META_SUFFIX):
@@ -169,7 +179,7 @@ class FileSystemStore:
             return await asyncio.to_thread(fn)
         except ObjectStoreError:
             raise
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise ObjectNotFound(f"{self.location}: {operation} {key!r}: no such object") from None
         except PermissionError as e:
             raise ObjectStoreAccessDenied(

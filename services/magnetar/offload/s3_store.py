@@ -205,6 +205,12 @@ class S3Store:
     async def close(self) -> None:
         await asyncio.to_thread(self._client.close)
 
+    async def __aenter__(self) -> S3Store:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
     # ------------------------------------------------------------------------------------- internals
 
     def _get(self, key: str, byte_range: str | None) -> bytes:
