@@ -54,6 +54,7 @@ ENTRY_META_COLUMN = "__entry_meta"
 RAW_PAYLOAD_COLUMN = "__raw_payload"
 
 _PARQUET_MAGIC = b"PAR1"
+_FOOTER_KEPT = 1 << 20  # a footer larger than this (thousands of row groups) is not cross-checked
 _ARRAY_OF_TWO = b"\x92"  # msgpack fixarray header of [meta, payload]
 # Columns a reader may filter or sort on keep their Parquet statistics (row-group pushdown in
 # Spark); the payloads' would only bloat the footer.
@@ -169,6 +170,7 @@ class _Sink:
         self.crc = 0
         self.span_start = 0
         self.span_crc = 0
+        self.chunks: list[bytes] = []  # of the current span while it is small enough to be the footer
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
@@ -176,12 +178,15 @@ class _Sink:
         self.size += len(view)
         self.crc = crc32c(view, self.crc)
         self.span_crc = crc32c(view, self.span_crc)
+        if self.size - self.span_start <= _FOOTER_KEPT:
+            self.chunks.append(bytes(view))
         return len(view)
 
     def span(self) -> tuple[int, int, int]:
         """``(offset, length, crc32c)`` of the bytes since the last span; starts the next one."""
         out = (self.span_start, self.size - self.span_start, self.span_crc)
         self.span_start, self.span_crc = self.size, 0
+        self.chunks = []
         return out
 
     def tell(self) -> int:
@@ -292,7 +297,10 @@ def write_ledger(
     if group.first >= 0:
         flush()
     writer.close()
-    footer_offset, _, footer_crc = sink.span()
+    footer = b"".join(sink.chunks)
+    footer_offset, footer_length, footer_crc = sink.span()
+    if footer_length == len(footer):
+        _check_spans(pq.read_metadata(io.BytesIO(_PARQUET_MAGIC + footer)), groups)
     return LedgerIndex(
         topic,
         partition,
@@ -305,6 +313,23 @@ def write_ledger(
         footer_crc,
         groups,
     )
+
+
+def _check_spans(metadata: Any, groups: list[RowGroupInfo]) -> None:
+    """The spans recorded while writing hold each row group's column chunks, as the footer says.
+
+    The spans come from where the writer's bytes fell between calls; this makes sure a pyarrow that
+    buffered a row group past its call could not go unnoticed (its reads would all fail their CRC).
+    """
+    if metadata.num_row_groups != len(groups):
+        raise RuntimeError(f"pyarrow wrote {metadata.num_row_groups} row groups, not {len(groups)}")
+    for i, g in enumerate(groups):
+        rg = metadata.row_group(i)
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+            if rg.num_rows != g.rows or start < g.offset or start + col.total_compressed_size > g.offset + g.length:
+                raise RuntimeError(f"pyarrow wrote row group {i} outside the bytes written for it")
 
 
 def _rebuilt(cols: RowColumns, start: int, meta_bytes: bytes, meta: EntryMeta) -> bytes | None:
