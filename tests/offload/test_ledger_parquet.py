@@ -30,7 +30,7 @@ import magnetar
 from magnetar.bookie.tcp_client import TcpBookieClient
 from magnetar.client.encryption.crypto import CryptoKeyReader, Decryptor, Encryptor
 from magnetar.client.producer.chunking import chunk_uuid, split_payload
-from magnetar.columnar.message_rows import COLUMNS, ENCRYPTION_KEYS, StoredEntry, entry_rows
+from magnetar.columnar.message_rows import COLUMNS, ENCRYPTION_KEYS, UNREADABLE, StoredEntry, entry_rows
 from magnetar.jobs.admin_client import AdminClient
 from magnetar.jobs.schema_versions import SchemaVersion
 from magnetar.jobs.topic_plan import LedgerRange, plan_reads
@@ -49,6 +49,7 @@ from magnetar.offload.ledger_parquet import (
     write_ledger,
 )
 from magnetar.protocol.batch import decode_batch, encode_batch, make_record
+from magnetar.protocol.checksum import crc32c
 from magnetar.protocol.compression import CompressionType
 from magnetar.protocol.entry import EntryMeta, decode_entry, encode_entry
 from magnetar.schema import AvroSchema, Integer, Record, String
@@ -217,6 +218,20 @@ def test_ordering_keys_custom_sequence_ids_and_delayed_messages() -> None:
     entries = [(0, stored(meta, payload, T0)), (1, stored(meta2, payload2, T0))]
     data, _ = round_trip(entries)
     assert raw_payload_rows(data) == [True, False]  # the ordering key has no column: kept as stored
+
+
+def test_entries_whose_messages_cannot_be_listed_are_kept_whole() -> None:
+    """A batch that does not decode (its CRC is good: the broker stored it) and a batch of none."""
+    garbage = b"\xc1 not msgpack"
+    meta, _ = encode_batch([make_record(b"x", {}, None, 0, 0)], producer_name="p", first_sequence_id=0)
+    meta["crc"] = crc32c(garbage)
+    empty_meta, empty = encode_batch([], producer_name="p", first_sequence_id=1)
+    entries = [(0, stored(meta, garbage, T0)), (1, stored(empty_meta, empty, T0)), (2, batch(2))]
+    data, _ = round_trip(entries)
+    rows = pq.read_table(io.BytesIO(data)).to_pylist()
+    marked = [r for r in rows if UNREADABLE in dict(r["properties"])]
+    assert [(r["entry_id"], r["batch_index"], r["payload"]) for r in marked] == [(0, -1, garbage), (1, -1, empty)]
+    assert len(rows) == 2 + 5
 
 
 ORDER = {

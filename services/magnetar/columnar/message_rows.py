@@ -106,6 +106,9 @@ ENCRYPTION_ALGORITHM = "magnetar.encryption.algorithm"
 ENCRYPTION_COMPRESSION = "magnetar.encryption.compression"
 ENCRYPTION_BATCH_SIZE = "magnetar.encryption.batchSize"
 
+# The property of a row standing for an entry whose messages cannot be listed (``add_unreadable``).
+UNREADABLE = "magnetar.entry.unreadable"
+
 
 def encryption_properties(meta: EntryMeta) -> dict[str, str]:
     """The ``ENCRYPTION_*`` properties of an encrypted entry's row (empty when not encrypted)."""
@@ -247,6 +250,30 @@ class RowColumns:
             CHUNK_TOTAL_SIZE: str(meta.get(META_TOTAL_CHUNK_SIZE, 0)),
         }
         self._add_opaque(entry, publish_ms, producer, {**chunk, **encryption_properties(meta)})
+
+    def add_unreadable(self, entry: StoredEntry, reason: str) -> None:
+        """One row standing for an entry whose messages cannot be listed (a batch that does not
+        decode, or a batch of none): its payload as stored, ``UNREADABLE`` and the reason in its
+        properties. For a copy of a ledger that must keep every entry (an offloaded ledger)."""
+        meta = entry.meta
+        self._add_opaque(entry, int(meta.get("pt", 0)), meta.get("pn"), {UNREADABLE: reason})
+
+    def truncate(self, rows: int) -> None:
+        """Keep only the first ``rows`` rows (drops those of an entry whose ``add`` failed half-way)."""
+        for column in (
+            self.entry_id,
+            self.batch_index,
+            self.publish_us,
+            self.event_us,
+            self.key,
+            self.properties,
+            self.payload,
+            self.producer,
+            self.sequence_id,
+            self.schema_version,
+            self.value,
+        ):
+            del column[rows:]
 
     def _add_opaque(self, entry: StoredEntry, publish_ms: int, producer: str | None, props: dict[str, str]) -> None:
         """One row for a whole entry whose payload stays as stored (a chunk, an encrypted entry)."""

@@ -15,7 +15,10 @@ checksum, its batch, its ids). Two hidden columns make that possible:
   a compressed batch (the rows hold the messages decompressed, and another version of a codec may
   compress them to other bytes), or any entry whose rebuild differed from the original when it was
   written (a record with an ordering key, nil properties, ...). The writer rebuilds every entry
-  from its rows and compares, so this decision is checked, never assumed.
+  from its rows and compares, so this decision is checked, never assumed. An entry whose batch
+  does not decode, or holds no message, is kept too: one row marked ``magnetar.entry.unreadable``
+  (``columnar.message_rows.UNREADABLE``) carries it, so one bad send never keeps a ledger on the
+  bookies.
 
 Rebuilding an entry: ``[meta, payload]`` in msgpack (``protocol.entry.encode_entry``), where
 ``payload`` is ``__raw_payload`` when present; else the row's ``payload`` for an opaque entry (a
@@ -273,10 +276,15 @@ def write_ledger(
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         start = len(cols)
-        cols.add(StoredEntry(entry_id, meta, payload))
+        stored = StoredEntry(entry_id, meta, payload)
+        try:
+            cols.add(stored)
+        except (ValueError, TypeError) as exc:  # a producer's bad batch still has to be kept
+            cols.truncate(start)
+            cols.add_unreadable(stored, str(exc))
+        if len(cols) == start:
+            cols.add_unreadable(stored, "a batch of no messages")
         rows = len(cols) - start
-        if rows == 0:
-            raise ValueError(f"{where}: an entry without messages has no row to be stored in")
         raw = None if _rebuilt(cols, start, meta_bytes, meta) == data else payload
         if raw is not None and _entry_bytes(meta_bytes, payload) != data:
             raise ValueError(f"{where}: not in the layout protocol.entry.encode_entry writes")
