@@ -27,19 +27,16 @@ stored twice); else the msgpack batch of the entry's rows' records (``protocol.b
 rebuilt payload must match the CRC32C in its own meta, or the read fails.
 
 Row groups hold whole entries, about ``row_group_bytes`` of stored entries each (the store's read
-buffer), so a seek reads one row group. The index (``LedgerIndex``, a small JSON document stored
-beside the object) gives, per row group, its entries, its publish-time range, its byte range in the
-object and the CRC32C of those bytes; and for the object, its size, CRC32C and the byte range of
-the Parquet footer. A read fetches the footer and the row groups it needs as ranged reads, checks
-each range against the index before Parquet decodes it, and never reads the rest of the object.
+buffer), so a seek reads one row group. A read fetches the footer and the row groups it needs as
+ranged reads, checks each against the index (``ledger_index``) before Parquet decodes it, and never
+reads the rest of the object.
 """
 
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import msgpack
@@ -48,11 +45,24 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
 from magnetar.columnar.message_rows import RowColumns, StoredEntry, ValueDecoding, is_opaque
 from magnetar.offload.errors import CorruptObject
+from magnetar.offload.ledger_index import LedgerIndex, RowGroupInfo, check_object
 from magnetar.protocol.checksum import crc32c
 from magnetar.protocol.entry import EntryMeta
 
-FORMAT = "magnetar-ledger-parquet"
-FORMAT_VERSION = 1
+__all__ = [
+    "ENTRY_META_COLUMN",
+    "RAW_PAYLOAD_COLUMN",
+    "AsyncLedgerObjectReader",
+    "LedgerIndex",
+    "LedgerObjectReader",
+    "RowGroupInfo",
+    "check_object",
+    "entry_at_time",
+    "read_entries",
+    "split_entry",
+    "write_ledger",
+]
+
 ENTRY_META_COLUMN = "__entry_meta"
 RAW_PAYLOAD_COLUMN = "__raw_payload"
 
@@ -73,57 +83,6 @@ _REBUILD_COLUMNS = [
     ENTRY_META_COLUMN,
     RAW_PAYLOAD_COLUMN,
 ]
-
-
-@dataclass(frozen=True)
-class RowGroupInfo:
-    """Where one row group is and what it holds: whole entries ``first_entry`` .. ``last_entry``."""
-
-    first_entry: int
-    last_entry: int
-    min_publish_ms: int
-    max_publish_ms: int
-    offset: int  # of its first byte in the object
-    length: int  # its bytes, contiguous
-    rows: int
-    crc32c: int  # of those bytes
-
-
-@dataclass(frozen=True)
-class LedgerIndex:
-    """What a reader needs before touching the object: the row groups and the object's checksums."""
-
-    topic: str
-    partition: int
-    ledger_id: int
-    entry_count: int
-    message_count: int
-    size: int
-    crc32c: int
-    footer_offset: int  # the Parquet footer is the bytes from here to the end
-    footer_crc32c: int
-    row_groups: list[RowGroupInfo] = field(default_factory=list)
-
-    def to_bytes(self) -> bytes:
-        doc = {"format": FORMAT, "version": FORMAT_VERSION, **asdict(self)}
-        return json.dumps(doc, separators=(",", ":")).encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> LedgerIndex:
-        """The index as stored; ``CorruptObject`` when it is not one this version reads."""
-        try:
-            doc = json.loads(data)
-            if doc.get("format") != FORMAT or doc.get("version") != FORMAT_VERSION:
-                raise ValueError(f"format {doc.get('format')!r} version {doc.get('version')!r}")
-            del doc["format"], doc["version"]
-            groups = [RowGroupInfo(**g) for g in doc.pop("row_groups")]
-            return cls(**doc, row_groups=groups)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise CorruptObject(f"ledger index unreadable: {exc}") from None
-
-    def groups_for(self, first: int, last: int) -> list[int]:
-        """The row groups holding entries ``first`` .. ``last`` (inclusive)."""
-        return [i for i, g in enumerate(self.row_groups) if g.last_entry >= first and g.first_entry <= last]
 
 
 def split_entry(data: bytes) -> tuple[bytes, EntryMeta, bytes]:
@@ -357,15 +316,6 @@ def _rebuilt(cols: RowColumns, start: int, meta_bytes: bytes, meta: EntryMeta) -
             cols.sequence_id[start:],
         ),
     )
-
-
-def check_object(data: bytes, index: LedgerIndex) -> None:
-    """``CorruptObject`` unless ``data`` is the whole object the index describes (size and CRC32C)."""
-    if len(data) != index.size:
-        raise CorruptObject(f"ledger {index.ledger_id} object: {len(data)} bytes, the index says {index.size}")
-    crc = crc32c(data)
-    if crc != index.crc32c:
-        raise CorruptObject(f"ledger {index.ledger_id} object: CRC32C {crc:#010x}, the index says {index.crc32c:#010x}")
 
 
 class _Spans:
