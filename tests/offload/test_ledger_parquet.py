@@ -359,9 +359,11 @@ def test_a_corrupted_byte_is_caught_by_its_checksum_never_returned() -> None:
         LedgerIndex.from_bytes(index.to_bytes()[:-5])
 
 
-def test_entries_out_of_order_are_refused() -> None:
+def test_entries_out_of_order_or_not_entries_are_refused() -> None:
     with pytest.raises(ValueError, match="entry ids must increase"):
         write([(1, batch(1)), (1, batch(1))])
+    with pytest.raises(ValueError, match=f"ledger {LEDGER} entry 2: not a \\[meta, payload\\] entry"):
+        write([(1, batch(1)), (2, batch(2)[:-3])])
 
 
 def test_a_hundred_thousand_messages() -> None:

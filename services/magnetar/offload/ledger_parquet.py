@@ -89,13 +89,15 @@ def split_entry(data: bytes) -> tuple[bytes, EntryMeta, bytes]:
     """A stored entry's meta as its exact msgpack bytes, the meta decoded, and the payload."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
     unpacker.feed(data)
-    if unpacker.read_array_header() != 2:
-        raise ValueError("not a [meta, payload] entry")
-    start = unpacker.tell()
-    meta = unpacker.unpack()
-    end = unpacker.tell()
-    payload = unpacker.unpack()
-    if not isinstance(meta, dict) or not isinstance(payload, bytes) or unpacker.tell() != len(data):
+    try:
+        count = unpacker.read_array_header()
+        start = unpacker.tell()
+        meta = unpacker.unpack()
+        end = unpacker.tell()
+        payload = unpacker.unpack()
+    except Exception as exc:  # msgpack's errors are not all ValueErrors (OutOfData)
+        raise ValueError(f"not a [meta, payload] entry: {type(exc).__name__}: {exc}") from None
+    if count != 2 or not isinstance(meta, dict) or not isinstance(payload, bytes) or unpacker.tell() != len(data):
         raise ValueError("not a [meta, payload] entry")
     return data[start:end], meta, payload  # type: ignore[return-value]
 
