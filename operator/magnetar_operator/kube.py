@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import load_incluster_config
+from kubernetes.config.kube_config import load_kube_config
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
@@ -70,9 +72,9 @@ def connect_api_client() -> Any:
     """An API client with in-cluster credentials when running in a pod, else the kubeconfig
     (KUBECONFIG)."""
     try:
-        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except k8s_config.ConfigException:
-        k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
+        load_incluster_config()  # type: ignore[no-untyped-call]
+    except ConfigException:
+        load_kube_config()  # type: ignore[no-untyped-call]
     return k8s_client.ApiClient()
 
 
