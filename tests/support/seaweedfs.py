@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sysconfig
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import boto3
 import botocore.exceptions
 from botocore.config import Config
+from tests.support.cluster import free_ports
 from tests.support.process import ProcessControl
 
 ACCESS_KEY = "magnetar-test-access"
@@ -53,12 +53,6 @@ def weed_binary() -> str | None:
     if os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("weed")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -98,7 +92,7 @@ class SeaweedFSProcess(ProcessControl):
         fresh_ports = not self.ports
         for attempt in range(3):
             if fresh_ports:
-                self.ports = {name: _free_port() for name in _PORT_NAMES}
+                self.ports = dict(zip(_PORT_NAMES, free_ports(len(_PORT_NAMES)), strict=True))
             self._spawn()
             try:
                 self._wait_ready(timeout)
